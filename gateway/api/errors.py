@@ -1,0 +1,57 @@
+"""OpenAI-shaped errors made by the gateway itself.
+
+Upstream error bodies pass through untouched; these are for what the gateway decides on its own
+(bad input, auth, no healthy upstream). The shape matches vLLM's, so a client sees one format.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+import orjson
+from starlette.responses import Response
+
+# vLLM names its error types after the HTTP status (BadRequestError, NotFoundError, ...).
+_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    408: "RequestTimeoutError",
+    413: "RequestEntityTooLargeError",
+    415: "UnsupportedMediaTypeError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    502: "BadGatewayError",
+    503: "ServiceUnavailableError",
+    504: "GatewayTimeoutError",
+}
+
+
+class APIError(Exception):
+    """Raised anywhere on the request path; rendered as an OpenAI error body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.headers = headers or {}
+
+
+def error_body(status: int, message: str, param: str | None = None) -> bytes:
+    etype = _TYPES.get(status) or HTTPStatus(status).phrase.replace(" ", "") + "Error"
+    return orjson.dumps({"error": {"message": message, "type": etype, "param": param, "code": status}})
+
+
+def error_response(
+    status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(error_body(status, message, param), status, headers=headers, media_type="application/json")
+
+
+def sse_error_event(status: int, message: str) -> bytes:
+    """An error reported inside a stream that has already started (vLLM does the same)."""
+    return b"data: " + error_body(status, message) + b"\n\ndata: [DONE]\n\n"

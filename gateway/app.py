@@ -1,0 +1,131 @@
+"""The FastAPI application: routes, error handlers and the lifespan that owns upstream state."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+
+import httpx
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api import routes
+from gateway.api.errors import APIError, error_response
+from gateway.config import PoolName, Settings
+from gateway.observability import Metrics
+from gateway.routing.policy import Policy
+from gateway.upstream import health
+from gateway.upstream.forward import Upstreams
+from gateway.upstream.pool import Endpoint, Pool
+
+log = logging.getLogger("specroute")
+
+
+@dataclass
+class Gateway:
+    """Everything a request handler needs, built once per process."""
+
+    settings: Settings
+    policy: Policy
+    metrics: Metrics
+    upstreams: Upstreams
+    models: frozenset[str]
+    draining: bool = False
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+def build_pools(settings: Settings) -> dict[PoolName, Pool]:
+    pools: dict[PoolName, Pool] = {}
+    for name, cfg in settings.pools.items():
+        endpoints = [Endpoint(name, e.name, e.base_url, e.weight) for e in cfg.endpoints]
+        pools[name] = Pool(name, list(cfg.models), endpoints, cfg.num_speculative_tokens, cfg.draft_cost_ratio)
+    return pools
+
+
+def build_policy(settings: Settings) -> Policy:
+    from gateway.routing.policy import StaticPolicy
+    from gateway.routing.rules import RulesClassifier
+
+    return StaticPolicy(settings.routing.strategy, RulesClassifier())
+
+
+def new_client(settings: Settings) -> httpx.AsyncClient:
+    t = settings.timeouts
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=t.connect_s, read=None, write=t.connect_s, pool=t.connect_s),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024, keepalive_expiry=60),
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
+    metrics = Metrics()
+    pools = build_pools(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = new_client(settings)
+        gw = Gateway(
+            settings,
+            policy or build_policy(settings),
+            metrics,
+            Upstreams(settings, client, pools, metrics),
+            frozenset(settings.served_models()),
+        )
+        app.state.gateway = gw
+        await health.check_all(client, list(pools.values()), settings.health)
+        gw.tasks.append(asyncio.create_task(health.run(client, list(pools.values()), settings.health)))
+        try:
+            yield
+        finally:
+            for task in gw.tasks:
+                task.cancel()
+            for task in gw.tasks:
+                with suppress(asyncio.CancelledError):
+                    await task
+            await client.aclose()
+
+    app = FastAPI(title="SpecRoute", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_route("/v1/completions", routes.completions, methods=["POST"])
+    app.add_route("/v1/chat/completions", routes.chat_completions, methods=["POST"])
+    app.add_route("/v1/models", routes.models, methods=["GET"])
+    app.add_route("/health", routes.health, methods=["GET"])
+    app.add_route("/ready", routes.ready, methods=["GET"])
+    app.add_route("/metrics", routes.metrics, methods=["GET"])
+    _install_error_handlers(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, APIError)
+        return error_response(exc.status, exc.message, exc.param, exc.headers)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path}"
+        else:
+            message = str(exc.detail)
+        return error_response(exc.status_code, message, None, dict(exc.headers or {}))
+
+    async def validation_error(request: Request, exc: Exception) -> Response:
+        return error_response(400, str(exc), None)
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal gateway error", None)
+
+    app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,0 +1,100 @@
+"""The decision point: called once per request, it names the pool, the prompt class and a reason.
+
+Strategies:
+
+- ``always-speculative`` / ``always-baseline`` — fixed pool (still classified, for headers and metrics);
+- ``classifier`` — speculative exactly when the classifier says "structured";
+- ``adaptive`` — see :mod:`gateway.routing.adaptive`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from gateway.config import PoolName, Strategy
+
+PromptClass = Literal["structured", "open-ended"]
+Api = Literal["completions", "chat"]
+
+
+class Prediction(Protocol):
+    @property
+    def p_structured(self) -> float: ...
+    @property
+    def label(self) -> PromptClass: ...
+    @property
+    def kind(self) -> str: ...
+
+
+class Classifier(Protocol):
+    def predict(self, body: Mapping[str, Any]) -> Prediction: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    body: Mapping[str, Any]
+    api: Api
+    forced_pool: PoolName | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    pool: PoolName
+    prompt_class: PromptClass
+    reason: str
+    p_structured: float
+    kind: str
+    predicted_speedup: float | None = None
+    explore: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one finished request taught us; fed back to the policy."""
+
+    decision: Decision
+    pool: PoolName
+    endpoint: str
+    status: int
+    ttft_s: float | None
+    e2e_s: float
+    completion_tokens: int | None
+    chunks: int
+    accepted_tokens: int | None = None
+    draft_tokens: int | None = None
+    steps: int | None = None
+    temperature: float | None = None
+
+
+class Policy(Protocol):
+    strategy: Strategy
+
+    def decide(self, request: RouteRequest) -> Decision: ...
+
+    def observe(self, outcome: Outcome) -> None: ...
+
+
+@dataclass
+class StaticPolicy:
+    """The three strategies that do not learn."""
+
+    strategy: Strategy
+    classifier: Classifier
+
+    def decide(self, request: RouteRequest) -> Decision:
+        pred = self.classifier.predict(request.body)
+        if request.forced_pool is not None:
+            return Decision(request.forced_pool, pred.label, "forced", pred.p_structured, pred.kind)
+        if self.strategy is Strategy.ALWAYS_SPECULATIVE:
+            pool: PoolName = "speculative"
+        elif self.strategy is Strategy.ALWAYS_BASELINE:
+            pool = "baseline"
+        else:
+            pool = "speculative" if pred.label == "structured" else "baseline"
+        reason = self.strategy.value if self.strategy is not Strategy.CLASSIFIER else f"classifier-{pred.label}"
+        return Decision(pool, pred.label, reason, pred.p_structured, pred.kind)
+
+    def observe(self, outcome: Outcome) -> None:
+        return None

@@ -1,0 +1,224 @@
+"""Forwarding one request: pick an endpoint, send, retry or fail over, stream back.
+
+Retries happen only before the first byte has gone to the client: on a connect error, a 5xx, or
+no first byte within ``timeouts.first_byte_s``. A streamed response is held back until its first
+upstream chunk has arrived, so a stream that dies before producing anything is retried too. Both
+pools serve the same model, so moving a request to the other pool changes its speed, not its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from time import perf_counter
+
+import httpx
+
+from gateway.api.errors import APIError, sse_error_event
+from gateway.config import PoolName, Settings
+from gateway.observability import Metrics
+from gateway.upstream.pool import Endpoint, Pool
+from gateway.upstream.stream import StreamMeter
+
+log = logging.getLogger("specroute.upstream")
+
+OTHER: dict[PoolName, PoolName] = {"speculative": "baseline", "baseline": "speculative"}
+
+
+@dataclass(slots=True)
+class Sent:
+    """A response whose first bytes have arrived; the rest is still upstream."""
+
+    endpoint: Endpoint
+    response: httpx.Response
+    first: bytes
+    chunks: AsyncIterator[bytes]
+    retries: int
+
+    @property
+    def pool(self) -> PoolName:
+        return self.endpoint.pool
+
+
+class Upstreams:
+    """The pools, the shared HTTP client and the retry policy."""
+
+    def __init__(self, settings: Settings, client: httpx.AsyncClient, pools: dict[PoolName, Pool], metrics: Metrics):
+        self.settings = settings
+        self.client = client
+        self.pools = pools
+        self.metrics = metrics
+
+    def any_available(self) -> bool:
+        return any(p.has_available() for p in self.pools.values())
+
+    def _candidates(self, pool: PoolName, allow_failover: bool) -> list[PoolName]:
+        if allow_failover and self.settings.retries.failover_to_other_pool:
+            return [pool, OTHER[pool]]
+        return [pool]
+
+    async def send(
+        self,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        pool: PoolName,
+        allow_failover: bool = True,
+        first_byte_s: float | None = None,
+    ) -> Sent:
+        """Send until one endpoint gives a first byte (or a 4xx); raise :class:`APIError` if none does.
+
+        A non-streamed upstream response sends its first byte only when it is complete, so callers
+        pass a longer ``first_byte_s`` for those.
+        """
+        first_byte_s = first_byte_s or self.settings.timeouts.first_byte_s
+        tried: list[Endpoint] = []
+        last_error: APIError | None = None
+        for attempt in range(self.settings.retries.attempts):
+            endpoint = None
+            for name in self._candidates(pool, allow_failover):
+                endpoint = self.pools[name].pick(exclude=tried)
+                if endpoint is not None:
+                    break
+            if endpoint is None:
+                break
+            if attempt:
+                self.metrics.retries.labels(endpoint.pool).inc()
+                if self.settings.retries.backoff_s:
+                    await asyncio.sleep(self.settings.retries.backoff_s)
+            tried.append(endpoint)
+            request = self.client.build_request("POST", endpoint.base_url + path, content=body, headers=headers)
+            endpoint.outstanding += 1
+            response: httpx.Response | None = None
+            try:
+                async with asyncio.timeout(first_byte_s):
+                    response = await self.client.send(request, stream=True)
+                    chunks = response.aiter_raw()
+                    if response.status_code >= 500:
+                        await response.aread()
+                        raise _UpstreamStatus(response)
+                    first = b""
+                    async for piece in chunks:
+                        if piece:
+                            first = piece
+                            break
+                    if not first and response.status_code < 300:
+                        raise httpx.RemoteProtocolError("upstream closed before the first byte")
+                return Sent(endpoint, response, first, chunks, retries=attempt)
+            except _UpstreamStatus as e:
+                kind, last_error = "status_5xx", _reported_status(e.response)
+            except TimeoutError:
+                kind = "timeout"
+                last_error = APIError(504, f"upstream endpoint {endpoint.name} sent nothing in time")
+            except httpx.ConnectError:
+                kind = "connect"
+                last_error = APIError(502, f"cannot connect to upstream endpoint {endpoint.name}")
+            except httpx.HTTPError as e:
+                kind = "protocol"
+                last_error = APIError(502, f"upstream endpoint {endpoint.name} failed: {type(e).__name__}")
+            except BaseException:  # cancelled: the client went away
+                endpoint.outstanding -= 1
+                if response is not None:
+                    await asyncio.shield(response.aclose())
+                raise
+            endpoint.outstanding -= 1
+            if response is not None:
+                await response.aclose()
+            self.metrics.upstream_errors.labels(endpoint.pool, endpoint.name, kind).inc()
+            if endpoint.record_failure(self.settings.health):
+                log.warning("ejected %s/%s after repeated failures", endpoint.pool, endpoint.name)
+        if last_error is None:
+            raise APIError(503, "no healthy upstream endpoint is available; try again shortly")
+        raise last_error
+
+    async def relay(
+        self, sent: Sent, meter: StreamMeter | None, on_done: Callable[[Sent, int | None], None]
+    ) -> AsyncIterator[bytes]:
+        """Yield the response to the client chunk by chunk, enforcing gap and total timeouts.
+
+        ``on_done`` runs exactly once, with the error status when the stream broke.
+        """
+        timeouts = self.settings.timeouts
+        deadline = asyncio.get_running_loop().time() + timeouts.total_s
+        failed: int | None = None
+        try:
+            out = meter.feed(sent.first) if meter else sent.first
+            if out:
+                yield out
+            while True:
+                budget = min(timeouts.chunk_gap_s, deadline - asyncio.get_running_loop().time())
+                try:
+                    async with asyncio.timeout(max(budget, 0.0)):
+                        piece = await anext(sent.chunks)
+                except StopAsyncIteration:
+                    break
+                out = meter.feed(piece) if meter else piece
+                if out:
+                    yield out
+            if meter:
+                rest = meter.flush()
+                if rest:
+                    yield rest
+        except TimeoutError:
+            failed = 504
+            self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "timeout").inc()
+            if meter is not None:
+                yield sse_error_event(504, "upstream stopped sending; the response is incomplete")
+        except httpx.HTTPError:
+            failed = 502
+            self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "stream").inc()
+            sent.endpoint.record_failure(self.settings.health)
+            if meter is not None:
+                yield sse_error_event(502, "upstream connection broke; the response is incomplete")
+        except (asyncio.CancelledError, GeneratorExit):
+            failed = 499  # the client went away; closing the upstream response aborts its request
+            raise
+        finally:
+            sent.endpoint.outstanding -= 1
+            await sent.response.aclose()
+            if failed is None:
+                sent.endpoint.record_success()
+            on_done(sent, failed)
+
+    async def read_all(self, sent: Sent) -> bytes:
+        """The rest of a non-streamed body, within the gap timeout between reads."""
+        parts = [sent.first]
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.settings.timeouts.chunk_gap_s):
+                        parts.append(await anext(sent.chunks))
+                except StopAsyncIteration:
+                    break
+        except TimeoutError:
+            self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "timeout").inc()
+            raise APIError(504, f"upstream endpoint {sent.endpoint.name} stopped sending") from None
+        except httpx.HTTPError:
+            self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "stream").inc()
+            sent.endpoint.record_failure(self.settings.health)
+            raise APIError(502, f"upstream endpoint {sent.endpoint.name} broke the connection") from None
+        finally:
+            sent.endpoint.outstanding -= 1
+            await sent.response.aclose()
+        sent.endpoint.record_success()
+        return b"".join(parts)
+
+
+class _UpstreamStatus(Exception):
+    def __init__(self, response: httpx.Response):
+        self.response = response
+
+
+def _reported_status(response: httpx.Response) -> APIError:
+    """A 5xx that will not be retried again: say which endpoint, keep the upstream's message."""
+    message = f"upstream returned HTTP {response.status_code}"
+    try:
+        err = response.json().get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            message += f": {err['message']}"
+    except ValueError:
+        pass
+    status = response.status_code if response.status_code in (502, 503, 504) else 502
+    return APIError(status, message)

@@ -1,0 +1,155 @@
+"""Looking inside an upstream SSE stream while passing it through.
+
+The gateway asks every streamed upstream request for ``continuous_usage_stats`` so that each
+chunk carries the cumulative completion-token count: that is how it measures TTFT, TPOT per token
+(not per chunk) and, under speculation, tokens per engine step. What the client did not ask for
+is removed again, leaving the bytes the upstream would have sent without it. Events are framed on
+the blank line that ends each SSE event; an event is re-encoded only when it must be changed, and
+then by cutting the exact ``"usage":{...}`` bytes out rather than re-serialising the chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+import orjson
+
+_DATA = b"data: "
+_DONE = b"[DONE]"
+
+
+def request_usage(payload: dict[str, Any]) -> tuple[bytes, bool, bool]:
+    """Rewrite a streamed request body to ask for per-chunk usage.
+
+    Returns the new body and what the client itself asked for (include_usage, continuous).
+    """
+    opts = payload.get("stream_options")
+    opts = opts if isinstance(opts, dict) else {}
+    wants_usage = bool(opts.get("include_usage"))
+    wants_continuous = wants_usage and bool(opts.get("continuous_usage_stats"))
+    if wants_continuous:
+        return orjson.dumps(payload), True, True
+    new = dict(payload)
+    new["stream_options"] = {**opts, "include_usage": True, "continuous_usage_stats": True}
+    return orjson.dumps(new), wants_usage, wants_continuous
+
+
+def _cut_usage(data: bytes, usage: Any) -> bytes:
+    """``data`` (one JSON chunk) without its ``usage`` member."""
+    needle = b'"usage":' + orjson.dumps(usage)
+    i = data.find(needle)
+    if i > 0:
+        j = i + len(needle)
+        if data[i - 1 : i] == b",":
+            return data[: i - 1] + data[j:]
+        if data[j : j + 1] == b",":
+            return data[:i] + data[j + 1 :]
+    obj = orjson.loads(data)
+    obj.pop("usage", None)
+    return orjson.dumps(obj)
+
+
+@dataclass(slots=True)
+class StreamMeter:
+    """Frames SSE events, records token counts per chunk and strips unrequested usage."""
+
+    started: float
+    keep_usage_chunk: bool = True
+    keep_continuous: bool = True
+    first_token_at: float | None = None
+    last_at: float | None = None
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    chunks: int = 0
+    token_steps: list[int] = field(default_factory=list)
+    spec_metrics: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    done: bool = False
+    _buf: bytes = b""
+
+    def feed(self, raw: bytes) -> bytes:
+        """Take raw upstream bytes; return the bytes to send to the client now."""
+        buf = self._buf + raw if self._buf else raw
+        if self.keep_continuous and self.keep_usage_chunk:
+            # Nothing to strip: forward the bytes as they came, frame only for measurement.
+            end = buf.rfind(b"\n\n")
+            if end < 0:
+                self._buf = buf
+                return raw
+            self._buf = buf[end + 2 :]
+            for event in buf[:end].split(b"\n\n"):
+                self._event(event)
+            return raw
+        out: list[bytes] = []
+        start = 0
+        while True:
+            end = buf.find(b"\n\n", start)
+            if end < 0:
+                break
+            event = buf[start : end + 2]
+            start = end + 2
+            kept = self._event(event[:-2])
+            if kept is not None:
+                out.append(kept + b"\n\n")
+        self._buf = buf[start:]
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        rest, self._buf = self._buf, b""
+        return rest
+
+    def _event(self, event: bytes) -> bytes | None:
+        if not event.startswith(_DATA):
+            return event
+        data = event[len(_DATA) :]
+        if data == _DONE:
+            self.done = True
+            return event
+        now = perf_counter()
+        self.last_at = now
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return event
+        if not isinstance(obj, dict):
+            return event
+        if "error" in obj:
+            self.error = obj["error"] if isinstance(obj["error"], dict) else {"message": str(obj["error"])}
+            return event
+        usage = obj.get("usage")
+        choices = obj.get("choices")
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+            self.spec_metrics = metrics["speculative_decoding"]
+        if isinstance(usage, dict):
+            tokens = usage.get("completion_tokens")
+            if isinstance(tokens, int):
+                if choices:
+                    prev = self.completion_tokens or 0
+                    if tokens > prev:
+                        if self.first_token_at is None:
+                            self.first_token_at = now
+                        self.token_steps.append(tokens - prev)
+                self.completion_tokens = tokens
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.prompt_tokens = usage["prompt_tokens"]
+        if choices:
+            self.chunks += 1
+            if self.first_token_at is None and usage is None and _has_output(choices):
+                self.first_token_at = now
+        elif usage is not None and not self.keep_usage_chunk:
+            return None
+        if usage is not None and choices and not self.keep_continuous:
+            return _DATA + _cut_usage(data, usage)
+        return event
+
+
+def _has_output(choices: Any) -> bool:
+    for c in choices:
+        if isinstance(c, dict):
+            delta = c.get("delta")
+            if c.get("text") or (isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls"))):
+                return True
+    return False

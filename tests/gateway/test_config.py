@@ -1,0 +1,96 @@
+"""Configuration: YAML, environment overrides, and errors that name the bad field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.config import ConfigError, Strategy, load_settings
+
+BASE = {
+    "pools": {
+        "speculative": {
+            "endpoints": [{"name": "s0", "url": "http://127.0.0.1:9001"}],
+            "models": ["m"],
+            "num_speculative_tokens": 7,
+            "draft_cost_ratio": 0.05,
+        },
+        "baseline": {"endpoints": [{"name": "b0", "url": "http://127.0.0.1:9002"}], "models": ["m"]},
+    }
+}
+
+
+def _write(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_defaults_and_values(tmp_path):
+    s = load_settings(_write(tmp_path, BASE))
+    assert s.routing.strategy is Strategy.ADAPTIVE
+    assert s.pools.speculative.num_speculative_tokens == 7
+    assert s.pools.baseline.endpoints[0].base_url == "http://127.0.0.1:9002"
+    assert s.served_models() == ["m"]
+
+
+def test_environment_overrides_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECROUTE_ROUTING__STRATEGY", "always-baseline")
+    monkeypatch.setenv("SPECROUTE_AUTH__API_KEYS", '["k1", "k2"]')
+    s = load_settings(_write(tmp_path, BASE))
+    assert s.routing.strategy is Strategy.ALWAYS_BASELINE
+    assert s.auth.api_keys == ["k1", "k2"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"routing": {"strategy": "fastest"}}, "routing.strategy"),
+        ({"timeouts": {"connect_s": -1}}, "timeouts.connect_s"),
+        ({"limits": {"max_body_bytes": "big"}}, "limits.max_body_bytes"),
+        ({"pools": {"baseline": {"endpoints": [{"name": "b", "url": "not a url"}], "models": ["m"]}}}, "url"),
+        ({"pools": {"baseline": {"endpoints": [], "models": ["m"]}}}, "pools.baseline"),
+        ({"pools": {"baseline": {"endpoints": [{"name": "b", "url": "http://h"}], "models": ["x"]}}}, "pools"),
+        ({"routing": {"exploration_rate": 2}}, "routing.exploration_rate"),
+        ({"unknown_section": {}}, "unknown_section"),
+    ],
+)
+def test_invalid_configuration_names_the_field(tmp_path, patch, field):
+    data = {**BASE, **patch}
+    if "pools" in patch:
+        data["pools"] = {**BASE["pools"], **patch["pools"]}
+    with pytest.raises(ConfigError) as err:
+        load_settings(_write(tmp_path, data))
+    assert field in str(err.value)
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_settings(bad)
+
+
+def test_serve_command_fails_with_the_field_name(tmp_path):
+    import subprocess
+    import sys
+
+    path = _write(tmp_path, {**BASE, "routing": {"strategy": "fastest"}})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert "routing.strategy" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_example_configs_load():
+    root = Path(__file__).parents[2] / "deploy" / "config"
+    files = sorted(root.glob("*.yaml"))
+    assert files, "deploy/config has example configurations"
+    for path in files:
+        load_settings(path)

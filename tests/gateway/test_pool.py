@@ -1,0 +1,72 @@
+"""Balancing and passive ejection."""
+
+from __future__ import annotations
+
+import time
+
+from gateway.config import HealthConfig
+from gateway.upstream.pool import Endpoint, Pool
+
+
+def _pool(*weights: float) -> Pool:
+    eps = [Endpoint("baseline", f"e{i}", f"http://127.0.0.1:{9000 + i}", w) for i, w in enumerate(weights)]
+    return Pool("baseline", ["m"], eps)
+
+
+def test_least_outstanding_wins():
+    pool = _pool(1, 1, 1)
+    pool.endpoints[0].outstanding = 3
+    pool.endpoints[1].outstanding = 1
+    pool.endpoints[2].outstanding = 2
+    assert pool.pick() is pool.endpoints[1]
+
+
+def test_ties_rotate_and_weights_count():
+    pool = _pool(1, 1)
+    picked = {pool.pick().name for _ in range(4)}
+    assert picked == {"e0", "e1"}
+    heavy = _pool(1, 4)
+    heavy.endpoints[0].outstanding = 1
+    heavy.endpoints[1].outstanding = 3  # (3+1)/4 = 1 < (1+1)/1 = 2
+    assert heavy.pick() is heavy.endpoints[1]
+
+
+def test_exclude_unhealthy_and_ejected():
+    pool = _pool(1, 1, 1)
+    pool.endpoints[0].healthy = False
+    pool.endpoints[1].ejected_until = time.monotonic() + 60
+    assert pool.pick() is pool.endpoints[2]
+    assert pool.pick(exclude=[pool.endpoints[2]]) is None
+    assert not _pool().has_available()
+
+
+def test_ejection_after_consecutive_failures_with_backoff():
+    health = HealthConfig(eject_after_failures=2, eject_base_s=1.0, eject_max_s=3.0)
+    ep = _pool(1).endpoints[0]
+    assert not ep.record_failure(health)
+    assert ep.available()
+    assert ep.record_failure(health)
+    assert not ep.available()
+    first = ep.ejected_until - time.monotonic()
+    ep.ejected_until = 0
+    ep.record_failure(health)
+    ep.record_failure(health)
+    second = ep.ejected_until - time.monotonic()
+    assert second > first  # exponential back-off
+    ep.ejected_until = 0
+    for _ in range(10):
+        ep.record_failure(health)
+    assert ep.ejected_until - time.monotonic() <= 3.0 + 0.01  # capped
+    ep.record_success()
+    assert ep.ejections == 0
+
+
+def test_discovery_replacement_drains_departed_endpoints():
+    pool = _pool(1, 1)
+    kept, gone = pool.endpoints
+    kept.outstanding = 2
+    new = Endpoint("baseline", "e9", "http://127.0.0.1:9999")
+    left = pool.set_endpoints([Endpoint("baseline", "x", kept.base_url), new])
+    assert left == [gone] and gone.draining and not gone.available()
+    assert pool.endpoints[0] is kept and pool.endpoints[0].outstanding == 2
+    assert pool.endpoints[1] is new

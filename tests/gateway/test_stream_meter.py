@@ -1,0 +1,98 @@
+"""The stream meter against real vLLM 0.32 captures."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gateway.upstream.stream import StreamMeter, request_usage
+
+
+def _events(raw: bytes) -> list[bytes]:
+    return [e for e in raw.split(b"\n\n") if e]
+
+
+def _feed_in_pieces(meter: StreamMeter, raw: bytes, size: int) -> bytes:
+    out = b"".join(meter.feed(raw[i : i + size]) for i in range(0, len(raw), size))
+    return out + meter.flush()
+
+
+@pytest.mark.parametrize("size", [7, 100, 1 << 20])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "draftsame_completion_stream_greedy_tokenids.sse",
+        "ngram_chat_stream_usage.sse",
+        "nospec_completion_stream_greedy_usage.sse",
+        "draftother_chat_stream_usage.sse",
+    ],
+)
+def test_strips_usage_the_client_did_not_ask_for(vllm_fixture, name, size):
+    raw = vllm_fixture(name)
+    meter = StreamMeter(0.0, keep_usage_chunk=False, keep_continuous=False)
+    out = _feed_in_pieces(meter, raw, size)
+    before = [orjson.loads(e[6:]) for e in _events(raw) if e != b"data: [DONE]"]
+    after = [orjson.loads(e[6:]) for e in _events(out) if e != b"data: [DONE]"]
+    assert out.endswith(b"data: [DONE]\n\n")
+    assert all("usage" not in chunk for chunk in after)
+    expected = [{k: v for k, v in c.items() if k != "usage"} for c in before if c["choices"]]
+    assert after == expected
+    # Token accounting: the steps add up to the server's final count.
+    final = before[-1]["usage"]["completion_tokens"]
+    assert meter.completion_tokens == final
+    assert sum(meter.token_steps) == final
+    assert meter.done
+
+
+def test_passes_bytes_through_untouched_when_client_asked_for_everything(vllm_fixture):
+    raw = vllm_fixture("draftsame_chat_stream_usage.sse")
+    meter = StreamMeter(0.0, keep_usage_chunk=True, keep_continuous=True)
+    assert _feed_in_pieces(meter, raw, 13) == raw
+    last = orjson.loads(_events(raw)[-2][6:])
+    assert meter.completion_tokens == last["usage"]["completion_tokens"] == sum(meter.token_steps)
+
+
+def test_speculation_shows_several_tokens_per_step(vllm_fixture):
+    spec = StreamMeter(0.0, False, False)
+    _feed_in_pieces(spec, vllm_fixture("draftsame_completion_stream_greedy_tokenids.sse"), 1 << 20)
+    base = StreamMeter(0.0, False, False)
+    _feed_in_pieces(base, vllm_fixture("nospec_completion_stream_greedy_usage.sse"), 1 << 20)
+    assert max(base.token_steps) == 1
+    assert sum(spec.token_steps) / len(spec.token_steps) > 3
+
+
+def test_keeps_final_usage_chunk_when_asked(vllm_fixture):
+    raw = vllm_fixture("nospec_completion_stream_greedy_usage.sse")
+    meter = StreamMeter(0.0, keep_usage_chunk=True, keep_continuous=False)
+    out = _feed_in_pieces(meter, raw, 64)
+    chunks = [orjson.loads(e[6:]) for e in _events(out) if e != b"data: [DONE]"]
+    assert "usage" in chunks[-1] and chunks[-1]["choices"] == []
+    assert all("usage" not in c for c in chunks[:-1])
+
+
+def test_error_event_is_recorded_and_forwarded():
+    meter = StreamMeter(0.0, False, False)
+    event = b'data: {"error": {"message": "boom", "type": "InternalServerError", "code": 500}}\n\n'
+    assert meter.feed(event) == event
+    assert meter.error is not None and meter.error["message"] == "boom"
+
+
+@pytest.mark.parametrize(
+    ("options", "usage", "continuous"),
+    [
+        (None, False, False),
+        ({"include_usage": True}, True, False),
+        ({"include_usage": True, "continuous_usage_stats": True}, True, True),
+        ({"continuous_usage_stats": True}, False, False),
+    ],
+)
+def test_request_usage_rewrites_stream_options(options, usage, continuous):
+    payload = {"model": "m", "prompt": "x", "stream": True, "vllm_xargs": {"a": 1}}
+    if options is not None:
+        payload["stream_options"] = options
+    body, wants_usage, wants_continuous = request_usage(payload)
+    sent = orjson.loads(body)
+    assert sent["stream_options"]["include_usage"] is True
+    assert sent["stream_options"]["continuous_usage_stats"] is True
+    assert sent["vllm_xargs"] == {"a": 1}
+    assert (wants_usage, wants_continuous) == (usage, continuous)
