@@ -1,0 +1,37 @@
+# syntax=docker/dockerfile:1.7
+# SpecRoute gateway image. Build:  docker build -t specroute:0.1.0 .
+# Stage 1 builds a wheel of the project; stage 2 installs it with its runtime dependencies only,
+# so no sources, build tools or dev extras reach the final image.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gateway ./gateway
+COPY classifiers ./classifiers
+RUN python -m pip wheel --no-deps --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE} AS runtime
+ARG UID=10001
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    HOME=/tmp \
+    SPECROUTE_SERVER__HOST=0.0.0.0
+# The wheel is bind-mounted from the build stage, so it never becomes a layer of its own.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    python -m pip install --no-cache-dir /wheels/*.whl \
+    && groupadd --system --gid "${UID}" specroute \
+    && useradd --system --uid "${UID}" --gid "${UID}" --no-create-home --shell /usr/sbin/nologin specroute \
+    && mkdir -p /etc/specroute
+USER ${UID}:${UID}
+EXPOSE 8000
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
+ENTRYPOINT ["specroute", "serve", "--config", "/etc/specroute/config.yaml"]
