@@ -2,25 +2,54 @@
 
 Names carry the ``specroute_`` prefix and base units; labels are bounded (pool, class, endpoint
 name, status, reason) — never prompt text or request ids.
+
+With several worker processes each worker counts only what it served, so a scrape answered by one
+worker would show a fraction of the traffic. ``gateway.server`` then points
+``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before the workers start: every worker writes its
+values to memory-mapped files there and :func:`render` merges them (counters and histograms add up,
+each gauge follows its ``multiprocess_mode``).
 """
 
 from __future__ import annotations
 
+import glob
 import logging
+import os
+import re
 import sys
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.045, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1)
+
+
+def multiprocess_dir() -> str | None:
+    """The shared metrics directory when running with several workers, else ``None``."""
+    return os.environ.get(MULTIPROC_ENV) or os.environ.get(MULTIPROC_ENV.lower()) or None
 
 
 class Metrics:
     """Every collector the gateway exports, registered in one registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
-        r = self.registry = registry or CollectorRegistry()
+        # ``registry`` is what a scrape renders. In multiprocess mode the collectors write to the shared
+        # directory instead, and the registry holds the collector that merges every worker's files.
+        self.registry = registry or CollectorRegistry()
+        shared = multiprocess_dir()
+        r = None if shared else self.registry
+        if shared:
+            MultiProcessCollector(self.registry, shared)
         self.requests = Counter(
             "specroute_requests",
             "Requests answered, by API route, serving pool, prompt class and HTTP status.",
@@ -73,14 +102,126 @@ class Metrics:
             "specroute_endpoint_up",
             "1 when the endpoint is healthy and not ejected.",
             ["pool", "endpoint"],
+            multiprocess_mode="livemostrecent",
             registry=r,
         )
         self.inflight = Gauge(
             "specroute_inflight_requests",
             "Requests in flight to each endpoint.",
             ["pool", "endpoint"],
+            multiprocess_mode="livesum",
             registry=r,
         )
+        # Speculation: what the gateway measures and predicts.
+        self.request_acceptance = Histogram(
+            "specroute_request_acceptance_ratio",
+            "Per-request draft acceptance rate measured from the upstream stream (speculative pool).",
+            ["class"],
+            buckets=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0),
+            registry=r,
+        )
+        self.accepted_tokens = Counter(
+            "specroute_accepted_tokens",
+            "Draft tokens accepted, measured per request by the gateway.",
+            ["class"],
+            registry=r,
+        )
+        self.draft_tokens = Counter(
+            "specroute_draft_tokens",
+            "Draft tokens proposed, measured per request by the gateway.",
+            ["class"],
+            registry=r,
+        )
+        self.alpha_estimate = Gauge(
+            "specroute_alpha_estimate",
+            "Live estimate of the per-token acceptance probability, by prompt kind.",
+            ["kind"],
+            multiprocess_mode="livemostrecent",
+            registry=r,
+        )
+        self.endpoint_acceptance = Gauge(
+            "specroute_endpoint_acceptance_ratio",
+            "Draft acceptance rate from the endpoint's own vLLM counters over the last scrape interval.",
+            ["endpoint"],
+            multiprocess_mode="livemostrecent",
+            registry=r,
+        )
+        self.predicted_speedup = Histogram(
+            "specroute_predicted_speedup_ratio",
+            "Predicted TPOT speedup of the speculative pool over baseline at decision time.",
+            ["class"],
+            buckets=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 2.5, 3, 4),
+            registry=r,
+        )
+        self.exploration = Counter(
+            "specroute_exploration_decisions",
+            "Requests sent to the speculative pool to keep measuring a kind predicted for baseline.",
+            ["kind"],
+            registry=r,
+        )
+        self.classifier_latency = Histogram(
+            "specroute_classifier_duration_seconds",
+            "Time the prompt classifier takes per request.",
+            buckets=(0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.001, 0.002, 0.005),
+            registry=r,
+        )
+        self.scrape_age = Gauge(
+            "specroute_upstream_scrape_age_seconds",
+            "Seconds since the last successful scrape of the endpoint's /metrics.",
+            ["pool", "endpoint"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        self.pool_load = Gauge(
+            "specroute_upstream_requests",
+            "vLLM's own request gauges per endpoint (state: running | waiting), from the last scrape.",
+            ["pool", "endpoint", "state"],
+            multiprocess_mode="livemostrecent",
+            registry=r,
+        )
+        self.kv_cache_usage = Gauge(
+            "specroute_upstream_kv_cache_usage_ratio",
+            "vLLM's KV-cache usage (0-1) per endpoint, from the last scrape.",
+            ["pool", "endpoint"],
+            multiprocess_mode="livemostrecent",
+            registry=r,
+        )
+
+
+def render(metrics: Metrics) -> tuple[bytes, str]:
+    """The ``/metrics`` body and content type; merges all workers' values in multiprocess mode."""
+    shared = multiprocess_dir()
+    if shared:
+        prune_dead_workers(shared)
+    return generate_latest(metrics.registry), CONTENT_TYPE_LATEST
+
+
+_LIVE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db$")
+
+
+def prune_dead_workers(path: str) -> None:
+    """Drop the ``live*`` gauge files of workers that exited (crashed or restarted by uvicorn).
+
+    Counters and histograms of a dead worker stay: what it served still counts.
+    """
+    pids = {
+        int(m.group(1))
+        for f in glob.glob(os.path.join(path, "gauge_live*.db"))
+        if (m := _LIVE_FILE.search(f))
+    }
+    for pid in pids:
+        if not _alive(pid):
+            mark_process_dead(pid, path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def configure_logging(level: str) -> None:
@@ -89,7 +230,89 @@ def configure_logging(level: str) -> None:
     )
 
 
-_access = logging.getLogger("specroute.access")
+ACCESS_FIELDS = (
+    "ts",
+    "request_id",
+    "route",
+    "status",
+    "pool",
+    "decided_pool",
+    "endpoint",
+    "class",
+    "kind",
+    "reason",
+    "p_structured",
+    "alpha_hat",
+    "predicted_speedup",
+    "acceptance",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "completion_tokens",
+)
+"""Keys of every access-log line, in order; ``prompt`` follows only when ``logging.log_prompts`` is on."""
+
+
+def _ms(seconds: float | None, digits: int = 2) -> float | None:
+    return round(seconds * 1000, digits) if seconds is not None else None
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def access_record(
+    *,
+    ts: float,
+    request_id: str,
+    route: str,
+    status: int,
+    pool: str,
+    decided_pool: str | None,
+    endpoint: str | None,
+    prompt_class: str,
+    kind: str | None,
+    reason: str | None,
+    p_structured: float | None,
+    alpha_hat: float | None,
+    predicted_speedup: float | None,
+    accepted_tokens: int | None,
+    draft_tokens: int | None,
+    ttft_s: float | None,
+    tpot_s: float | None,
+    e2e_s: float,
+    completion_tokens: int | None,
+    prompt: object | None = None,
+) -> dict[str, object]:
+    """One access-log record with every key of :data:`ACCESS_FIELDS` (``None`` where unknown).
+
+    Times in milliseconds; ``acceptance`` is accepted / draft tokens measured on this request.
+    ``prompt`` is added only when given, so the caller decides (``logging.log_prompts``).
+    """
+    acceptance = accepted_tokens / draft_tokens if accepted_tokens is not None and draft_tokens else None
+    record: dict[str, object] = {
+        "ts": round(ts, 3),
+        "request_id": request_id,
+        "route": route,
+        "status": status,
+        "pool": pool,
+        "decided_pool": decided_pool,
+        "endpoint": endpoint,
+        "class": prompt_class,
+        "kind": kind,
+        "reason": reason,
+        "p_structured": _round(p_structured),
+        "alpha_hat": _round(alpha_hat),
+        "predicted_speedup": _round(predicted_speedup, 3),
+        "acceptance": _round(acceptance),
+        "ttft_ms": _ms(ttft_s),
+        "tpot_ms": _ms(tpot_s, 3),
+        "e2e_ms": _ms(e2e_s),
+        "completion_tokens": completion_tokens,
+    }
+    if prompt is not None:
+        record["prompt"] = prompt
+    return record
 
 
 def access_log(record: dict[str, object]) -> None:

@@ -120,7 +120,10 @@ def demo_config(
 
     cfg: dict[str, object] = {
         "server": {"host": "127.0.0.1", "port": port},
-        "pools": {"speculative": pool("speculative", speculative_urls), "baseline": pool("baseline", baseline_urls)},
+        "pools": {
+            "speculative": pool("speculative", speculative_urls),
+            "baseline": pool("baseline", baseline_urls),
+        },
         "routing": {"strategy": strategy},
         "health": {"interval_s": 0.5, "eject_base_s": 0.5},
     }

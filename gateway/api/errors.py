@@ -23,6 +23,7 @@ _TYPES = {
     415: "UnsupportedMediaTypeError",
     422: "UnprocessableEntityError",
     429: "RateLimitError",
+    499: "ClientClosedRequest",
     500: "InternalServerError",
     502: "BadGatewayError",
     503: "ServiceUnavailableError",
@@ -33,7 +34,9 @@ _TYPES = {
 class APIError(Exception):
     """Raised anywhere on the request path; rendered as an OpenAI error body."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self, status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -42,14 +45,23 @@ class APIError(Exception):
 
 
 def error_body(status: int, message: str, param: str | None = None) -> bytes:
-    etype = _TYPES.get(status) or HTTPStatus(status).phrase.replace(" ", "") + "Error"
+    etype = _TYPES.get(status) or _phrase(status)
     return orjson.dumps({"error": {"message": message, "type": etype, "param": param, "code": status}})
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase.replace(" ", "") + "Error"
+    except ValueError:
+        return "Error"
 
 
 def error_response(
     status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
 ) -> Response:
-    return Response(error_body(status, message, param), status, headers=headers, media_type="application/json")
+    return Response(
+        error_body(status, message, param), status, headers=headers, media_type="application/json"
+    )
 
 
 def sse_error_event(status: int, message: str) -> bytes:

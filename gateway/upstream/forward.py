@@ -12,7 +12,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from time import perf_counter
 
 import httpx
 
@@ -45,7 +44,9 @@ class Sent:
 class Upstreams:
     """The pools, the shared HTTP client and the retry policy."""
 
-    def __init__(self, settings: Settings, client: httpx.AsyncClient, pools: dict[PoolName, Pool], metrics: Metrics):
+    def __init__(
+        self, settings: Settings, client: httpx.AsyncClient, pools: dict[PoolName, Pool], metrics: Metrics
+    ):
         self.settings = settings
         self.client = client
         self.pools = pools
@@ -89,7 +90,9 @@ class Upstreams:
                 if self.settings.retries.backoff_s:
                     await asyncio.sleep(self.settings.retries.backoff_s)
             tried.append(endpoint)
-            request = self.client.build_request("POST", endpoint.base_url + path, content=body, headers=headers)
+            request = self.client.build_request(
+                "POST", endpoint.base_url + path, content=body, headers=headers
+            )
             endpoint.outstanding += 1
             response: httpx.Response | None = None
             try:
@@ -114,7 +117,9 @@ class Upstreams:
                 last_error = APIError(504, f"upstream endpoint {endpoint.name} sent nothing in time")
             except httpx.ConnectError:
                 kind = "connect"
-                last_error = APIError(502, f"cannot connect to upstream endpoint {endpoint.name}")
+                last_error = APIError(
+                    503, f"no upstream endpoint could be reached (last tried: {endpoint.name})"
+                )
             except httpx.HTTPError as e:
                 kind = "protocol"
                 last_error = APIError(502, f"upstream endpoint {endpoint.name} failed: {type(e).__name__}")

@@ -68,6 +68,7 @@ class StreamMeter:
     error: dict[str, Any] | None = None
     done: bool = False
     _buf: bytes = b""
+    _held: bytes | None = None
 
     def feed(self, raw: bytes) -> bytes:
         """Take raw upstream bytes; return the bytes to send to the client now."""
@@ -98,7 +99,15 @@ class StreamMeter:
 
     def flush(self) -> bytes:
         rest, self._buf = self._buf, b""
-        return rest
+        held, self._held = self._held, None
+        return held + b"\n\n" + rest if held is not None else rest
+
+    def _release(self, event: bytes | None) -> bytes | None:
+        """Emit a held-back finishing chunk ahead of ``event``."""
+        held, self._held = self._held, None
+        if held is None:
+            return event
+        return held if event is None else held + b"\n\n" + event
 
     def _event(self, event: bytes) -> bytes | None:
         if not event.startswith(_DATA):
@@ -106,7 +115,7 @@ class StreamMeter:
         data = event[len(_DATA) :]
         if data == _DONE:
             self.done = True
-            return event
+            return self._release(event)
         now = perf_counter()
         self.last_at = now
         try:
@@ -140,10 +149,26 @@ class StreamMeter:
             if self.first_token_at is None and usage is None and _has_output(choices):
                 self.first_token_at = now
         elif usage is not None and not self.keep_usage_chunk:
-            return None
+            # Without usage, vLLM puts the final chunk's extra members (system_fingerprint) on the
+            # last chunk with a finish_reason, which was held back for this.
+            extras = {k: v for k, v in obj.items() if k not in _CHUNK_KEYS}
+            if extras and self._held is not None:
+                self._held = self._held[:-1] + b"," + orjson.dumps(extras)[1:]
+            return self._release(None)
         if usage is not None and choices and not self.keep_continuous:
-            return _DATA + _cut_usage(data, usage)
-        return event
+            event = _DATA + _cut_usage(data, usage)
+        if not self.keep_usage_chunk and choices and _finished(choices):
+            previous = self._release(None)
+            self._held = event
+            return previous
+        return self._release(event) if self._held is not None else event
+
+
+_CHUNK_KEYS = frozenset(("id", "object", "created", "model", "choices", "usage"))
+
+
+def _finished(choices: Any) -> bool:
+    return any(isinstance(c, dict) and c.get("finish_reason") is not None for c in choices)
 
 
 def _has_output(choices: Any) -> bool:

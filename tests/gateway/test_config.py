@@ -52,7 +52,10 @@ def test_environment_overrides_file(tmp_path, monkeypatch):
         ({"limits": {"max_body_bytes": "big"}}, "limits.max_body_bytes"),
         ({"pools": {"baseline": {"endpoints": [{"name": "b", "url": "not a url"}], "models": ["m"]}}}, "url"),
         ({"pools": {"baseline": {"endpoints": [], "models": ["m"]}}}, "pools.baseline"),
-        ({"pools": {"baseline": {"endpoints": [{"name": "b", "url": "http://h"}], "models": ["x"]}}}, "pools"),
+        (
+            {"pools": {"baseline": {"endpoints": [{"name": "b", "url": "http://h"}], "models": ["x"]}}},
+            "pools",
+        ),
         ({"routing": {"exploration_rate": 2}}, "routing.exploration_rate"),
         ({"unknown_section": {}}, "unknown_section"),
     ],
@@ -81,7 +84,10 @@ def test_serve_command_fails_with_the_field_name(tmp_path):
 
     path = _write(tmp_path, {**BASE, "routing": {"strategy": "fastest"}})
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(path)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gateway", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "routing.strategy" in proc.stderr

@@ -36,7 +36,15 @@ def test_strips_usage_the_client_did_not_ask_for(vllm_fixture, name, size):
     assert out.endswith(b"data: [DONE]\n\n")
     assert all("usage" not in chunk for chunk in after)
     expected = [{k: v for k, v in c.items() if k != "usage"} for c in before if c["choices"]]
+    # vLLM without usage puts the last chunk's extra members (system_fingerprint) on the finishing chunk.
+    extras = {
+        k: v
+        for k, v in before[-1].items()
+        if k not in ("id", "object", "created", "model", "choices", "usage")
+    }
+    expected[-1].update(extras)
     assert after == expected
+    assert not extras or list(after[-1])[-len(extras) :] == list(extras)
     # Token accounting: the steps add up to the server's final count.
     final = before[-1]["usage"]["completion_tokens"]
     assert meter.completion_tokens == final
