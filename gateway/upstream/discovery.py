@@ -1,0 +1,153 @@
+"""Pool membership from the DNS of a headless Service, so pools scale without a gateway restart.
+
+A headless Service resolves to one A/AAAA record per ready Pod. Every ``discovery.interval_s`` the
+name is resolved again and the pool's endpoint list replaced: an address that appears is
+health-checked once before it joins (so a Pod that is listed but not yet listening takes no
+traffic); one that disappears is drained — it takes no new requests, its in-flight requests finish
+on the :class:`~gateway.upstream.pool.Endpoint` object they hold, and it is forgotten once idle.
+A failed resolution keeps the last known list: a DNS hiccup must not empty a pool, and a Pod that
+really went away is taken out by the health checks meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+
+import httpx
+
+from gateway.config import DiscoveryConfig, PoolConfig, PoolName, Settings
+from gateway.upstream import health
+from gateway.upstream.pool import Endpoint, Pool
+
+log = logging.getLogger("specroute.discovery")
+
+#: ``(hostname, port) -> [(address, port), ...]``; raises :class:`OSError` when the name cannot be resolved.
+Resolver = Callable[[str, int], Awaitable[Sequence[tuple[str, int]]]]
+
+#: called once for each departed endpoint when its last in-flight request has finished
+OnRemoved = Callable[[Endpoint], None]
+
+#: how soon to try again while a discovered pool has no endpoint at all (e.g. DNS not ready at start-up)
+EMPTY_RETRY_S = 1.0
+
+
+async def resolve_dns(hostname: str, port: int) -> list[tuple[str, int]]:
+    """Every A and AAAA record of ``hostname``, through the event loop's ``getaddrinfo``."""
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        hostname, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    return sorted(
+        {(str(info[4][0]), int(info[4][1])) for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)}
+    )
+
+
+def endpoint_for(pool: PoolName, discovery: DiscoveryConfig, address: str, port: int) -> Endpoint:
+    """Named ``<pool>-<address>:<port>``: stable across refreshes, and no more names than Pods."""
+    host = f"[{address}]" if ":" in address else address
+    return Endpoint(pool, f"{pool}-{host}:{port}", f"{discovery.scheme}://{host}:{port}")
+
+
+def static_endpoints(pool: PoolName, cfg: PoolConfig) -> list[Endpoint]:
+    """The endpoints listed in the configuration; a pool with only ``discovery`` starts empty."""
+    return [Endpoint(pool, e.name, e.base_url, e.weight) for e in cfg.endpoints]
+
+
+async def refresh_pool(
+    client: httpx.AsyncClient,
+    pool: Pool,
+    cfg: PoolConfig,
+    settings: Settings,
+    resolve: Resolver = resolve_dns,
+) -> list[Endpoint]:
+    """Resolve once and replace ``pool``'s endpoints; return those that left (now draining)."""
+    if cfg.discovery is None:
+        return []
+    try:
+        found = await resolve(cfg.discovery.hostname, cfg.discovery.port)
+    except (OSError, UnicodeError) as err:
+        log.warning(
+            "pool %s: cannot resolve %s (%s); keeping %d known endpoints",
+            pool.name,
+            cfg.discovery.hostname,
+            err,
+            len(pool.endpoints),
+        )
+        return []
+    wanted = static_endpoints(pool.name, cfg)
+    seen = {e.base_url for e in wanted}
+    for address, port in found:
+        ep = endpoint_for(pool.name, cfg.discovery, address, port)
+        if ep.base_url not in seen:
+            seen.add(ep.base_url)
+            wanted.append(ep)
+    known = {e.base_url for e in pool.endpoints}
+    new = [e for e in wanted if e.base_url not in known]
+    # Checked before the list changes: a new endpoint takes traffic only after it has answered once.
+    await asyncio.gather(*(health.check(client, e, settings.health) for e in new))
+    gone = pool.set_endpoints(wanted)
+    for e in new:
+        log.info(
+            "pool %s: endpoint %s joined (%s)", pool.name, e.name, "healthy" if e.healthy else "unhealthy"
+        )
+    for e in gone:
+        log.info(
+            "pool %s: endpoint %s left; draining %d in-flight requests", pool.name, e.name, e.outstanding
+        )
+    return gone
+
+
+async def refresh(
+    client: httpx.AsyncClient,
+    pools: dict[PoolName, Pool],
+    settings: Settings,
+    resolve: Resolver = resolve_dns,
+) -> list[Endpoint]:
+    """One pass over every pool with ``discovery`` (at start-up, before serving); return those that left."""
+    results = await asyncio.gather(
+        *(refresh_pool(client, pools[name], cfg, settings, resolve) for name, cfg in settings.pools.items())
+    )
+    return [e for gone in results for e in gone]
+
+
+async def run(
+    client: httpx.AsyncClient,
+    pools: dict[PoolName, Pool],
+    settings: Settings,
+    resolve: Resolver = resolve_dns,
+    on_removed: OnRemoved | None = None,
+) -> None:
+    """Re-resolve every pool on its own interval, forever; cancelled at shutdown."""
+    watched = [
+        _watch(client, pools[name], cfg, cfg.discovery.interval_s, settings, resolve, on_removed)
+        for name, cfg in settings.pools.items()
+        if cfg.discovery is not None
+    ]
+    await asyncio.gather(*watched)
+
+
+async def _watch(
+    client: httpx.AsyncClient,
+    pool: Pool,
+    cfg: PoolConfig,
+    interval_s: float,
+    settings: Settings,
+    resolve: Resolver,
+    on_removed: OnRemoved | None,
+) -> None:
+    draining: list[Endpoint] = []
+    while True:
+        await asyncio.sleep(interval_s if pool.endpoints else min(interval_s, EMPTY_RETRY_S))
+        try:
+            draining += await refresh_pool(client, pool, cfg, settings, resolve)
+        except Exception:  # a bug here must not stop discovery for good
+            log.exception("pool %s: discovery failed", pool.name)
+        idle = [e for e in draining if e.outstanding <= 0]
+        draining = [e for e in draining if e.outstanding > 0]
+        current = {e.name for e in pool.endpoints}
+        for e in idle:
+            log.info("pool %s: endpoint %s drained and removed", pool.name, e.name)
+            if on_removed is not None and e.name not in current:  # not if the same address came back
+                on_removed(e)

@@ -1,0 +1,185 @@
+"""SIGTERM on a real ``specroute serve`` process while a stream from a time-scaled emulator is running.
+
+Kubernetes sends SIGTERM and, ``terminationGracePeriodSeconds`` later, SIGKILL: in-flight streams
+must end intact within ``server.shutdown_grace_s``, new connections must go elsewhere, and the
+process must be gone in time even when a stream is longer than the grace period.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+import pytest
+import uvicorn
+
+from gateway import stack
+from gateway.app import create_app
+from gateway.config import load_settings
+from gateway.server import DrainingServer
+
+MODEL = "demo-model"
+TOKENS = 80  # one token per 45 ms step on the baseline emulator at time scale 1: a stream of ~4 s
+#: what the deployment allows beyond the grace period for the lifespan shutdown and interpreter exit
+EXIT_MARGIN_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("shutdown")
+
+
+@pytest.fixture(scope="module")
+def emulator(workdir) -> Iterator[stack.Process]:
+    extra = ["--served-model-name", MODEL, "--time-scale", "1", "--max-num-seqs", "8"]
+    proc = stack.start_emulator("baseline", extra=extra, log_dir=workdir)
+    with stack.running(proc):
+        yield proc
+
+
+def _config(emulator: stack.Process, grace_s: float) -> dict[str, object]:
+    return stack.demo_config(
+        [emulator.url],
+        [emulator.url],
+        stack.free_port(),
+        MODEL,
+        "always-baseline",
+        extra={"server": {"shutdown_grace_s": grace_s}},
+    )
+
+
+class Stream(threading.Thread):
+    """A streamed completion read in the background, chunk by chunk."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url = url
+        self.body = b""
+        self.error: Exception | None = None
+        self.started = threading.Event()
+
+    def run(self) -> None:
+        payload = {
+            "model": MODEL,
+            "prompt": "Write a long story about a lighthouse keeper.",
+            "max_tokens": TOKENS,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        try:
+            with httpx.stream("POST", self.url + "/v1/completions", json=payload, timeout=60) as r:
+                assert r.status_code == 200
+                for chunk in r.iter_raw():
+                    self.body += chunk
+                    self.started.set()
+        except Exception as e:
+            self.error = e
+        finally:
+            self.started.set()
+
+    def events(self) -> list[bytes]:
+        return [e.removeprefix(b"data: ") for e in self.body.split(b"\n\n") if e]
+
+
+def _refused(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=1.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+def _idle_keepalive(url: str) -> socket.socket:
+    """A connection that has finished one request and stays open, as a client's pool keeps it."""
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=5.0)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n")
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += sock.recv(65536)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    length = int(
+        next(h for h in head.lower().split(b"\r\n") if h.startswith(b"content-length:")).split(b":")[1]
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    assert head.startswith(b"HTTP/1.1 200") and b"connection: close" not in head.lower()
+    return sock
+
+
+def _start_stream(gateway: stack.Process) -> Stream:
+    stream = Stream(gateway.url)
+    stream.start()
+    assert stream.started.wait(30) and stream.error is None, stream.error
+    assert stream.is_alive(), "the stream ended before the test could interrupt it"
+    return stream
+
+
+def test_sigterm_lets_a_live_stream_finish_and_refuses_new_connections(emulator, workdir):
+    grace_s = 20.0
+    gateway = stack.start_gateway(_config(emulator, grace_s), workdir, "gateway-grace")
+    with stack.running(gateway):
+        idle = _idle_keepalive(gateway.url)
+        stream = _start_stream(gateway)
+
+        gateway.popen.send_signal(signal.SIGTERM)
+        terminated = time.monotonic()
+
+        refused_while_streaming = False
+        while stream.is_alive() and not refused_while_streaming:
+            refused_while_streaming = _refused(gateway.url)
+            time.sleep(0.05)
+        assert refused_while_streaming, "a new connection was accepted after SIGTERM"
+
+        idle.settimeout(grace_s)
+        assert idle.recv(1) == b"", "an idle keep-alive connection was left open"
+        idle.close()
+
+        stream.join(grace_s)
+        assert not stream.is_alive() and stream.error is None, stream.error
+        events = stream.events()
+        assert events[-1] == b"[DONE]"
+        chunks = [orjson.loads(e) for e in events[:-1]]
+        assert chunks[-1]["usage"]["completion_tokens"] == TOKENS
+        assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+
+        gateway.popen.wait(max(0.0, grace_s - (time.monotonic() - terminated)))
+        assert gateway.popen.returncode in (0, -signal.SIGTERM), gateway.log()[-2000:]
+    assert "timeout graceful shutdown exceeded" not in gateway.log()
+
+
+def test_a_stream_longer_than_the_grace_period_does_not_delay_exit(emulator, workdir):
+    grace_s = 1.0
+    gateway = stack.start_gateway(_config(emulator, grace_s), workdir, "gateway-short")
+    with stack.running(gateway):
+        stream = _start_stream(gateway)
+
+        gateway.popen.send_signal(signal.SIGTERM)
+        gateway.popen.wait(grace_s + EXIT_MARGIN_S)
+
+        stream.join(10)
+        assert not stream.is_alive()
+        assert not stream.body.endswith(b"data: [DONE]\n\n"), "the stream was expected to be cut"
+    assert "timeout graceful shutdown exceeded" in gateway.log()
+
+
+async def test_ready_turns_503_once_the_server_is_told_to_exit(emulator):
+    settings = load_settings(overrides=_config(emulator, 5.0))
+    app = create_app(settings)
+    server = DrainingServer(uvicorn.Config(app), app)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            assert (await client.get("/ready")).status_code == 200
+            server.handle_exit(signal.SIGTERM, None)
+            assert server.should_exit
+            assert (await client.get("/ready")).status_code == 503
