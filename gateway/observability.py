@@ -6,17 +6,21 @@ name, status, reason) — never prompt text or request ids.
 With several worker processes each worker counts only what it served, so a scrape answered by one
 worker would show a fraction of the traffic. ``gateway.server`` then points
 ``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before the workers start: every worker writes its
-values to memory-mapped files there and :func:`render` merges them (counters and histograms add up,
-each gauge follows its ``multiprocess_mode``).
+values to memory-mapped files there and a scrape merges them (counters and histograms add up, each
+gauge follows its ``multiprocess_mode``).
 """
 
 from __future__ import annotations
 
 import glob
 import logging
+import math
 import os
 import re
 import sys
+from collections.abc import Iterable
+from contextlib import suppress
+from typing import TYPE_CHECKING
 
 import orjson
 from prometheus_client import (
@@ -27,7 +31,11 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+if TYPE_CHECKING:
+    from gateway.upstream.pool import Endpoint
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -49,7 +57,7 @@ class Metrics:
         shared = multiprocess_dir()
         r = None if shared else self.registry
         if shared:
-            MultiProcessCollector(self.registry, shared)
+            WorkersCollector(self.registry, shared)
         self.requests = Counter(
             "specroute_requests",
             "Requests answered, by API route, serving pool, prompt class and HTTP status.",
@@ -187,13 +195,41 @@ class Metrics:
             registry=r,
         )
 
+    def forget(self, endpoint: Endpoint) -> None:
+        """Drop the gauges of an endpoint that discovery removed, so its last values do not linger.
+
+        Multiprocess mode cannot remove a series from the workers' files: the values become NaN
+        instead, which panels show as a gap and alert comparisons never match.
+        """
+        series: list[tuple[Gauge, tuple[str, ...]]] = [
+            (gauge, (endpoint.pool, endpoint.name))
+            for gauge in (self.endpoint_up, self.inflight, self.scrape_age, self.kv_cache_usage)
+        ]
+        series += [(self.pool_load, (endpoint.pool, endpoint.name, s)) for s in ("running", "waiting")]
+        series.append((self.endpoint_acceptance, (endpoint.name,)))
+        for gauge, labels in series:
+            if multiprocess_dir():
+                gauge.labels(*labels).set(math.nan)
+                continue
+            with suppress(KeyError):
+                gauge.remove(*labels)
+
 
 def render(metrics: Metrics) -> tuple[bytes, str]:
     """The ``/metrics`` body and content type; merges all workers' values in multiprocess mode."""
-    shared = multiprocess_dir()
-    if shared:
-        prune_dead_workers(shared)
     return generate_latest(metrics.registry), CONTENT_TYPE_LATEST
+
+
+class WorkersCollector(MultiProcessCollector):
+    """Merges every worker's files, first dropping the live gauges of workers that exited."""
+
+    def __init__(self, registry: CollectorRegistry, path: str):
+        super().__init__(registry, path)
+        self.path = path
+
+    def collect(self) -> Iterable[Metric]:
+        prune_dead_workers(self.path)
+        return super().collect()
 
 
 _LIVE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db$")
@@ -241,16 +277,24 @@ ACCESS_FIELDS = (
     "class",
     "kind",
     "reason",
+    "explore",
     "p_structured",
     "alpha_hat",
     "predicted_speedup",
     "acceptance",
+    "alpha",
+    "spec_steps",
+    "acceptance_source",
     "ttft_ms",
     "tpot_ms",
     "e2e_ms",
     "completion_tokens",
 )
-"""Keys of every access-log line, in order; ``prompt`` follows only when ``logging.log_prompts`` is on."""
+"""Keys of every access-log line, in order; ``prompt`` follows only when ``logging.log_prompts`` is on.
+
+``alpha_hat`` is the live acceptance estimate the routing decision used; ``acceptance`` and ``alpha``
+are what was measured on this very response (speculative pool only).
+"""
 
 
 def _ms(seconds: float | None, digits: int = 2) -> float | None:
@@ -268,28 +312,30 @@ def access_record(
     route: str,
     status: int,
     pool: str,
-    decided_pool: str | None,
-    endpoint: str | None,
-    prompt_class: str,
-    kind: str | None,
-    reason: str | None,
-    p_structured: float | None,
-    alpha_hat: float | None,
-    predicted_speedup: float | None,
-    accepted_tokens: int | None,
-    draft_tokens: int | None,
-    ttft_s: float | None,
-    tpot_s: float | None,
-    e2e_s: float,
-    completion_tokens: int | None,
+    decided_pool: str | None = None,
+    endpoint: str | None = None,
+    prompt_class: str = "none",
+    kind: str | None = None,
+    reason: str | None = None,
+    explore: bool = False,
+    p_structured: float | None = None,
+    alpha_hat: float | None = None,
+    predicted_speedup: float | None = None,
+    acceptance: float | None = None,
+    alpha: float | None = None,
+    spec_steps: float | None = None,
+    acceptance_source: str | None = None,
+    ttft_s: float | None = None,
+    tpot_s: float | None = None,
+    e2e_s: float = 0.0,
+    completion_tokens: int | None = None,
     prompt: object | None = None,
 ) -> dict[str, object]:
     """One access-log record with every key of :data:`ACCESS_FIELDS` (``None`` where unknown).
 
-    Times in milliseconds; ``acceptance`` is accepted / draft tokens measured on this request.
-    ``prompt`` is added only when given, so the caller decides (``logging.log_prompts``).
+    A fixed key set keeps the lines easy to query in a log store; times are milliseconds.
+    ``prompt`` is added only when given: the caller passes it only under ``logging.log_prompts``.
     """
-    acceptance = accepted_tokens / draft_tokens if accepted_tokens is not None and draft_tokens else None
     record: dict[str, object] = {
         "ts": round(ts, 3),
         "request_id": request_id,
@@ -301,10 +347,14 @@ def access_record(
         "class": prompt_class,
         "kind": kind,
         "reason": reason,
+        "explore": explore,
         "p_structured": _round(p_structured),
         "alpha_hat": _round(alpha_hat),
         "predicted_speedup": _round(predicted_speedup, 3),
         "acceptance": _round(acceptance),
+        "alpha": _round(alpha),
+        "spec_steps": spec_steps,
+        "acceptance_source": acceptance_source,
         "ttft_ms": _ms(ttft_s),
         "tpot_ms": _ms(tpot_s, 3),
         "e2e_ms": _ms(e2e_s),

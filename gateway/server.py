@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
 
 from gateway.config import Settings, load_settings
-from gateway.observability import configure_logging
+from gateway.observability import MULTIPROC_ENV, configure_logging
 
 CONFIG_ENV = "SPECROUTE_CONFIG_FILE"
 
@@ -20,6 +26,28 @@ def app_from_env() -> FastAPI:
 
     path = os.environ.get(CONFIG_ENV)
     return create_app(load_settings(path))
+
+
+@contextmanager
+def shared_metrics_dir() -> Iterator[Path]:
+    """A fresh directory for prometheus_client's multiprocess mode, removed when the server stops.
+
+    Set in the environment before uvicorn spawns the workers, so each worker imports prometheus_client
+    with it and writes its values there. Fresh per start: files left by an earlier run would otherwise
+    be added to this run's counters. Created inside an operator-provided ``PROMETHEUS_MULTIPROC_DIR``
+    (e.g. a Kubernetes emptyDir) when one is set.
+    """
+    previous = os.environ.get(MULTIPROC_ENV)
+    path = Path(tempfile.mkdtemp(prefix="specroute-metrics-", dir=previous or None))
+    os.environ[MULTIPROC_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROC_ENV, None)
+        else:
+            os.environ[MULTIPROC_ENV] = previous
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def serve(settings: Settings, config_path: Path | None = None) -> None:
@@ -41,6 +69,30 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
         if config_path is None:
             raise ValueError("several workers need a configuration file")
         os.environ[CONFIG_ENV] = str(config_path)
-        uvicorn.run("gateway.server:app_from_env", factory=True, workers=server.workers, **common)  # type: ignore[arg-type]
+        with shared_metrics_dir():
+            uvicorn.run("gateway.server:app_from_env", factory=True, workers=server.workers, **common)  # type: ignore[arg-type]
     else:
-        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+        app = create_app(settings)
+        graceful = DrainingServer(uvicorn.Config(app, **common), app)  # type: ignore[arg-type]
+        graceful.run()
+        if not graceful.started:
+            sys.exit(3)  # uvicorn's start-up failure code
+
+
+class DrainingServer(uvicorn.Server):
+    """Marks the gateway draining on SIGTERM/SIGINT, so ``/ready`` says 503 to anyone still asking.
+
+    uvicorn does the rest of a graceful shutdown: it closes the listening socket, closes idle
+    keep-alive connections, lets in-flight requests and streams finish (``Connection: close``) for up
+    to ``timeout_graceful_shutdown`` seconds, then cancels what is left and runs the lifespan shutdown.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI):
+        super().__init__(config)
+        self.app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        gateway = getattr(self.app.state, "gateway", None)
+        if gateway is not None:
+            gateway.draining = True
+        super().handle_exit(sig, frame)

@@ -1,0 +1,116 @@
+"""Metric naming rules, and counts from several worker processes adding up in multiprocess mode."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.observability import MULTIPROC_ENV, Metrics, render
+from gateway.upstream.pool import Endpoint
+
+#: every label a gateway series may carry: each takes a bounded set of values
+BOUNDED_LABELS = {"route", "pool", "class", "status", "strategy", "reason", "endpoint", "kind", "from_pool",
+                  "to_pool", "state"}  # fmt: skip
+#: a base unit, or what is counted; ``_estimate`` is a probability (alpha-hat), dimensionless
+UNITS = ("_seconds", "_ratio", "_requests", "_tokens", "_decisions", "_errors", "_retries", "_failovers",
+         "_up", "_estimate")  # fmt: skip
+
+
+def _collectors(metrics: Metrics) -> list[object]:
+    return [v for v in vars(metrics).values() if hasattr(v, "_name")]
+
+
+def test_names_prefix_units_and_labels() -> None:
+    metrics = Metrics(CollectorRegistry())
+    for c in _collectors(metrics):
+        name: str = c._name  # type: ignore[attr-defined]
+        assert name.startswith("specroute_"), name
+        assert name.endswith(UNITS), f"{name}: name should end in its unit"
+        assert set(c._labelnames) <= BOUNDED_LABELS, name  # type: ignore[attr-defined]
+
+
+def test_gauges_say_how_workers_combine() -> None:
+    """``all`` (the default) would add a ``pid`` label per worker: unbounded across restarts."""
+    for c in _collectors(Metrics(CollectorRegistry())):
+        if isinstance(c, Gauge):
+            assert c._multiprocess_mode.startswith("live"), c._name
+
+
+def test_render_single_process() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.requests.labels("chat", "baseline", "open-ended", "200").inc(3)
+    body, content_type = render(metrics)
+    assert content_type.startswith("text/plain")
+    samples = {s.name: s.value for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+    assert samples["specroute_requests_total"] == 3
+
+
+def test_forget_removes_a_departed_endpoint() -> None:
+    metrics = Metrics(CollectorRegistry())
+    for name in ("spec-0", "spec-1"):
+        metrics.endpoint_up.labels("speculative", name).set(1)
+        metrics.pool_load.labels("speculative", name, "running").set(2)
+    metrics.forget(Endpoint("speculative", "spec-1", "http://127.0.0.1:9", 1.0))
+    body = render(metrics)[0].decode()
+    assert 'endpoint="spec-0"' in body and 'endpoint="spec-1"' not in body
+
+
+def _worker(n: int, up: float, conn: object) -> None:
+    """One gateway worker: serves ``n`` requests, sees one in flight, reports endpoint health ``up``."""
+    m = Metrics()
+    for _ in range(n):
+        m.requests.labels("completions", "speculative", "structured", "200").inc()
+        m.tpot.labels("speculative", "structured").observe(0.02)
+    m.inflight.labels("speculative", "spec-0").inc()
+    m.endpoint_up.labels("speculative", "spec-0").set(up)
+    gone = Endpoint("speculative", f"spec-gone-{n}", "http://127.0.0.1:9", 1.0)
+    m.kv_cache_usage.labels("speculative", gone.name).set(0.5)
+    m.forget(gone)  # discovery dropped it
+    conn.send(os.getpid())  # type: ignore[attr-defined]
+    conn.recv()  # type: ignore[attr-defined]  # stay alive until the parent has looked
+
+
+def _parse(body: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(body.decode())
+        for s in f.samples
+    }
+
+
+def test_workers_add_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MULTIPROC_ENV, str(tmp_path))
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters import prometheus_client in mp mode
+    links = []
+    for n, up in ((3, 1.0), (4, 0.0)):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(n, up, child))
+        proc.start()
+        assert parent.poll(60), "worker did not start"
+        links.append((proc, parent, parent.recv()))
+    try:
+        assert len({pid for _, _, pid in links}) == 2
+        samples = _parse(render(Metrics())[0])
+        key = (("class", "structured"), ("pool", "speculative"), ("route", "completions"), ("status", "200"))
+        assert samples[("specroute_requests_total", key)] == 7
+        hist = (("class", "structured"), ("pool", "speculative"))
+        assert samples[("specroute_time_per_output_token_seconds_count", hist)] == 7
+        ep = (("endpoint", "spec-0"), ("pool", "speculative"))
+        assert samples[("specroute_inflight_requests", ep)] == 2  # livesum
+        assert samples[("specroute_endpoint_up", ep)] == 0.0  # the most recent report wins
+        gone = (("endpoint", "spec-gone-3"), ("pool", "speculative"))
+        assert math.isnan(samples[("specroute_upstream_kv_cache_usage_ratio", gone)])
+    finally:
+        for proc, conn, _ in links:
+            conn.send("stop")
+            proc.join(30)
+    # Dead workers: their requests still count, their in-flight gauges are gone.
+    samples = _parse(render(Metrics())[0])
+    assert samples[("specroute_requests_total", key)] == 7
+    assert ("specroute_inflight_requests", ep) not in samples
