@@ -1,7 +1,220 @@
-"""``specroute bench``: placeholder, replaced by the benchmark implementation."""
+"""``specroute bench``: run (any OpenAI URL), compare (routing strategies), overhead (the gateway's cost)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-bench_app = typer.Typer(help="Benchmark an OpenAI-compatible endpoint.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmark an OpenAI-compatible endpoint, the routing strategies, or the gateway's own overhead.",
+    no_args_is_help=True,
+)
+
+
+class WorkloadOpt(StrEnum):
+    structured = "structured"
+    open_ended = "open-ended"
+    mixed = "mixed"
+
+
+class ApiOpt(StrEnum):
+    completions = "completions"
+    chat = "chat"
+
+
+Concurrency = Annotated[int, typer.Option(min=1, help="closed loop: requests in flight")]
+Rate = Annotated[
+    float | None, typer.Option(min=0.001, help="open loop: Poisson arrivals per second (seeded)")
+]
+Duration = Annotated[float | None, typer.Option(min=0.01, help="stop sending after this many seconds")]
+Seed = Annotated[int, typer.Option(help="seed of the prompt order and of the arrivals")]
+
+
+def _load(
+    concurrency: int,
+    rate: float | None,
+    requests: int | None,
+    duration: float | None,
+    seed: int,
+    default: int,
+):
+    from gateway.bench.loadgen import Load
+
+    if requests is None and duration is None:
+        requests = default
+    return Load(concurrency=concurrency, rate=rate, requests=requests, duration=duration, seed=seed)
+
+
+@bench_app.command("run")
+def run_command(
+    url: Annotated[str, typer.Option(help="base URL of the server (with or without /v1)")],
+    workload: Annotated[WorkloadOpt, typer.Option(help="built-in prompt set")] = WorkloadOpt.mixed,
+    workload_file: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="JSONL of prompts or request bodies (`label`: class)"),
+    ] = None,
+    api: Annotated[ApiOpt, typer.Option(help="endpoint for plain prompts")] = ApiOpt.completions,
+    model: Annotated[str | None, typer.Option(help="model name [default: the first in /v1/models]")] = None,
+    max_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="OPENAI_API_KEY", help="sent as a Bearer token")
+    ] = None,
+    stream: Annotated[bool, typer.Option(help="stream responses (needed for TTFT and TPOT)")] = True,
+    concurrency: Concurrency = 4,
+    rate: Rate = None,
+    requests: Annotated[int | None, typer.Option(min=1, help="requests to measure [default: 100]")] = None,
+    duration: Duration = None,
+    warmup: Annotated[int, typer.Option(min=0, help="requests sent first and not measured")] = 4,
+    seed: Seed = 0,
+    timeout: Annotated[float, typer.Option(min=0.1, help="per-request limit, seconds")] = 600.0,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("bench-results"),
+    plots: Annotated[bool, typer.Option(help="write PNG plots")] = True,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Load-test one URL; write results.json, summary.md and plots, per prompt class and per pool."""
+    from gateway.bench import report
+    from gateway.bench.run import RunOptions, execute
+
+    load = _load(concurrency, rate, requests, duration, seed, 100)
+    load.timeout = timeout
+    opts = RunOptions(
+        url=url,
+        workload=workload.value,
+        workload_file=workload_file,
+        api=api.value,
+        model=model,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        stream=stream,
+        api_key=api_key,
+        warmup=warmup,
+        load=load,
+        progress=progress,
+    )
+    typer.echo(f"bench run: {url}, {workload_file or workload.value}, {load.describe()}", err=True)
+    res = execute(opts, out, make_plots=plots)
+    typer.echo(report.summary_table(res))
+    typer.echo(f"\nwrote {out}/results.json, {out}/summary.md", err=True)
+    if res["summary"]["overall"]["ok"] == 0:
+        raise typer.Exit(1)
+
+
+@bench_app.command("compare")
+def compare_command(
+    workload: Annotated[WorkloadOpt, typer.Option(help="built-in prompt set")] = WorkloadOpt.mixed,
+    workload_file: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="JSONL of prompts or request bodies")
+    ] = None,
+    api: Annotated[ApiOpt, typer.Option(help="endpoint for plain prompts")] = ApiOpt.completions,
+    model: Annotated[str, typer.Option(help="model name the emulators serve")] = "demo-model",
+    max_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
+    strategy: Annotated[
+        list[str] | None, typer.Option("--strategy", help="repeatable [default: all four]")
+    ] = None,
+    time_scale: Annotated[
+        float, typer.Option(min=0.0, help="multiply emulated delays (smaller: faster)")
+    ] = 0.2,
+    concurrency: Concurrency = 4,
+    rate: Rate = None,
+    requests: Annotated[int | None, typer.Option(min=1, help="requests per strategy [default: 120]")] = None,
+    duration: Duration = None,
+    warmup: Annotated[int, typer.Option(min=0, help="requests per strategy before measuring")] = 16,
+    seed: Seed = 0,
+    out: Annotated[Path, typer.Option(help="output directory (compare.md, compare.json, logs/)")] = Path(
+        "bench-compare"
+    ),
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Run one workload under each routing strategy on two emulated pools; print the gains table."""
+    from gateway.bench import compare
+
+    opts = compare.CompareOptions(
+        workload=workload.value,
+        workload_file=workload_file,
+        api=api.value,
+        model=model,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        strategies=strategy or compare.STRATEGIES,
+        time_scale=time_scale,
+        warmup=warmup,
+        load=_load(concurrency, rate, requests, duration, seed, 120),
+        progress=progress,
+    )
+    try:
+        result = compare.execute(opts, out)
+    except ValueError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    except (RuntimeError, TimeoutError) as e:  # a process of the stack did not start
+        typer.echo(str(e), err=True)
+        raise typer.Exit(1) from None
+    compare.write(result, out)
+    typer.echo(compare.markdown(result))
+    typer.echo(f"wrote {out}/compare.md, {out}/compare.json", err=True)
+
+
+@bench_app.command("overhead")
+def overhead_command(
+    rate: Annotated[
+        float, typer.Option(min=1.0, help="req/s to each of direct and proxied (open loop)")
+    ] = 500.0,
+    duration: Annotated[float, typer.Option(min=0.5, help="seconds per phase")] = 10.0,
+    stream: Annotated[bool, typer.Option(help="also measure the streamed path (added TTFT)")] = True,
+    max_throughput: Annotated[
+        bool, typer.Option(help="also run a closed loop through the gateway and report req/s sustained")
+    ] = False,
+    concurrency: Annotated[int, typer.Option(min=1, help="closed loop for --max-throughput")] = 64,
+    max_tokens: Annotated[int, typer.Option(min=1)] = 16,
+    model: Annotated[str | None, typer.Option(help="model name [default: demo-model, or discovered]")] = None,
+    strategy: Annotated[str, typer.Option(help="routing strategy of the started gateway")] = "classifier",
+    gateway_url: Annotated[str | None, typer.Option(help="use an already-running gateway…")] = None,
+    upstream_url: Annotated[str | None, typer.Option(help="…and the zero-delay upstream behind it")] = None,
+    gateway_pid: Annotated[int | None, typer.Option(help="pid of that gateway, for CPU and RSS")] = None,
+    pin: Annotated[bool, typer.Option(help="pin gateway to CPU 0, emulator and client to CPU 1")] = False,
+    warmup: Annotated[
+        float, typer.Option(min=0.0, help="seconds of interleaved load before measuring")
+    ] = 1.0,
+    seed: Seed = 0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
+    workdir: Annotated[Path | None, typer.Option(help="where started processes keep config and logs")] = None,
+) -> None:
+    """Measure the latency the gateway adds (proxied - direct, interleaved) and its CPU and memory."""
+    import orjson
+
+    from gateway.bench import overhead
+
+    opts = overhead.OverheadOptions(
+        rate=rate,
+        duration=duration,
+        stream=stream,
+        max_throughput=max_throughput,
+        concurrency=concurrency,
+        max_tokens=max_tokens,
+        model=model,
+        strategy=strategy,
+        gateway_url=gateway_url,
+        upstream_url=upstream_url,
+        gateway_pid=gateway_pid,
+        pin=pin,
+        warmup_s=warmup,
+        seed=seed,
+    )
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        report = overhead.execute(opts, workdir)
+    except ValueError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    except (RuntimeError, TimeoutError) as e:  # a process of the stack did not start
+        typer.echo(str(e), err=True)
+        raise typer.Exit(1) from None
+    typer.echo(overhead.text(report))
+    if json_path is not None:
+        json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
