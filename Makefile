@@ -36,5 +36,11 @@ test-vllm: $(STAMP)
 train: $(STAMP)
 	$(BIN)/specroute train
 
+bench-compare: $(STAMP)
+	$(BIN)/specroute bench compare --out bench-results/compare
+
+bench-overhead: $(STAMP)
+	$(BIN)/specroute bench overhead --max-throughput --json bench-results/overhead.json
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
