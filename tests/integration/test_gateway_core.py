@@ -245,8 +245,8 @@ def test_client_disconnect_cancels_upstream(gateway, pools):
 
     payload = {"model": MODEL, "prompt": STRUCTURED, "max_tokens": 900, "stream": True, "temperature": 0}
     with httpx.stream("POST", gateway.url + "/v1/completions", json=payload, timeout=30) as r:
-        for _ in r.iter_bytes():
-            break
+        pieces = r.iter_bytes()
+        assert next(pieces)
         assert running() >= 1
     deadline = time.monotonic() + 10
     while running() > 0 and time.monotonic() < deadline:

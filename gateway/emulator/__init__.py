@@ -1,0 +1,1 @@
+"""vLLM-compatible speculative-decoding emulator (``specroute emulate``); see README.md here."""

@@ -1,0 +1,378 @@
+"""The emulator's HTTP server: a bare ASGI application run by uvicorn (httptools, uvloop).
+
+No web framework sits in the request path: routing is one dict lookup and bodies are orjson, so that in
+zero-delay mode (``--time-scale 0``) the emulator costs next to nothing and a benchmark through the
+gateway measures the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import time
+from array import array
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from gateway.emulator.acceptance import effective_alpha, profile
+from gateway.emulator.config import EmulatorConfig
+from gateway.emulator.engine import Engine, Group, Seq
+from gateway.emulator.metrics import CONTENT_TYPE, EngineMetrics, make_registry, render
+from gateway.emulator.protocol import (
+    VLLM_VERSION,
+    ApiError,
+    GenRequest,
+    Prompt,
+    Responder,
+    error_body,
+    models_body,
+    parse_json,
+    parse_request,
+)
+from gateway.emulator.textgen import TextSource
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"vary", b"Origin")]
+
+
+class EmulatedReset(Exception):
+    """Raised inside a response to make uvicorn drop the connection mid-body (fault injection)."""
+
+
+class _DropResetLogs(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, EmulatedReset)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    msg = await receive()
+    body: bytes = msg.get("body", b"")
+    if not msg.get("more_body"):
+        return body
+    parts = [body]
+    while msg.get("more_body"):
+        msg = await receive()
+        parts.append(msg.get("body", b""))
+    return b"".join(parts)
+
+
+async def _send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class EmulatorApp:
+    def __init__(self, cfg: EmulatorConfig) -> None:
+        self.cfg = cfg
+        self.metrics = EngineMetrics(cfg.num_speculative_tokens, cfg.max_model_len, cfg.speculative)
+        self.metrics.zero_spec_counters = cfg.spec_decode_counters == "zero"
+        self.registry = make_registry(
+            self.metrics, cfg.served_model_names[0], cfg.block_size, cfg.kv_cache_tokens
+        )
+        self.engine = Engine(cfg, self.metrics)
+        self.fault_rng = random.Random(cfg.seed * 7919 + 17)
+        self.id_rng = random.Random()
+        digest = hashlib.blake2b(
+            f"{cfg.mode}|{cfg.root}|{cfg.num_speculative_tokens}".encode(), digest_size=4
+        )
+        self.fingerprint = f"vllm-{VLLM_VERSION}-{digest.hexdigest()}"
+        self.started = int(time.time())
+        self.faults = {"errors": 0, "hangs": 0, "resets": 0, "slow_first_bytes": 0}
+        self.routes: dict[tuple[str, str], Handler] = {
+            ("POST", "/v1/completions"): self._completions,
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/health"): self._health,
+            ("GET", "/metrics"): self._metrics,
+            ("GET", "/version"): self._version,
+            ("POST", "/emulator/control"): self._control,
+            ("GET", "/emulator/state"): self._state,
+        }
+        self._paths = {p for _, p in self.routes}
+        logging.getLogger("uvicorn.error").addFilter(_DropResetLogs())
+
+    # -- ASGI entry --------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            handler = self.routes.get((scope["method"], scope["path"]))
+            if handler is not None:
+                await handler(scope, receive, send)
+            elif scope["path"] in self._paths:
+                await _send_bytes(send, 405, b'{"detail":"Method Not Allowed"}', JSON_HEADERS)
+            else:
+                await _send_bytes(send, 404, b'{"detail":"Not Found"}', JSON_HEADERS)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                self.engine.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await self.engine.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- small endpoints ---------------------------------------------------------------------
+    async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _version(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _send_bytes(send, 200, orjson.dumps({"version": VLLM_VERSION}), JSON_HEADERS)
+
+    async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = models_body(self.cfg, int(time.time()), f"modelperm-{self.id_rng.getrandbits(64):016x}")
+        await _send_bytes(send, 200, body, JSON_HEADERS)
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _send_bytes(send, 200, render(self.registry), [(b"content-type", CONTENT_TYPE.encode())])
+
+    def state(self) -> dict[str, Any]:
+        m = self.metrics
+        return {
+            "mode": self.cfg.mode,
+            "settings": self.cfg.as_dict(),
+            "counters": {
+                **self.engine.counters,
+                **self.faults,
+                "running": m.running,
+                "waiting": m.waiting,
+                "prompt_tokens": m.prompt_tokens,
+                "generation_tokens": m.generation_tokens,
+                "num_drafts": m.num_drafts,
+                "num_draft_tokens": m.num_draft_tokens,
+                "num_accepted_tokens": m.num_accepted,
+                "finished_by_reason": dict(m.success),
+            },
+        }
+
+    async def _state(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _send_bytes(send, 200, orjson.dumps(self.state()), JSON_HEADERS)
+
+    async def _control(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            data = parse_json(await _read_body(receive))
+            self.cfg.apply(data)
+        except ApiError as e:
+            await _send_bytes(send, e.status, e.body, JSON_HEADERS)
+            return
+        except ValueError as e:
+            await _send_bytes(send, 400, error_body(str(e), "BadRequestError", None, 400), JSON_HEADERS)
+            return
+        await _send_bytes(send, 200, orjson.dumps(self.state()), JSON_HEADERS)
+
+    # -- generation --------------------------------------------------------------------------
+    async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._generate(False, receive, send)
+
+    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._generate(True, receive, send)
+
+    def _build(self, req: GenRequest, timed: bool) -> Group:
+        cfg = self.cfg
+        group = Group(req.stream, timed)
+        nonce = b""
+        if req.temperature > 0 and req.seed is None:
+            nonce = self.id_rng.getrandbits(64).to_bytes(8, "little")
+        head = f"{cfg.seed}|{req.temperature!r}|{req.seed}|".encode() + nonce
+        for i, p in enumerate(req.prompts):
+            self._add_seq(group, i, p, req, head)
+        return group
+
+    def _add_seq(self, group: Group, index: int, p: Prompt, req: GenRequest, head: bytes) -> Seq:
+        cfg = self.cfg
+        material = head + array("i", p.ids).tobytes()
+        text_seed = int.from_bytes(hashlib.blake2b(material + b"text", digest_size=8).digest(), "little")
+        acc_seed = int.from_bytes(hashlib.blake2b(material + b"acc", digest_size=8).digest(), "little")
+        prof = profile(p.text)
+        alpha = effective_alpha(prof.alpha, req.temperature, cfg.acceptance_scale, req.emulated_acceptance)
+        max_tokens = req.max_tokens if req.max_tokens is not None else cfg.max_model_len - len(p.ids)
+        source = TextSource(p.text, prof.category, random.Random(text_seed))
+        return Seq(
+            group,
+            index,
+            p.ids,
+            max_tokens,
+            source,
+            random.Random(acc_seed),
+            alpha,
+            req.stops,
+            req.include_stop,
+        )
+
+    async def _generate(self, chat: bool, receive: Receive, send: Send) -> None:
+        cfg = self.cfg
+        try:
+            req = parse_request(chat, parse_json(await _read_body(receive)), cfg)
+        except ApiError as e:
+            await _send_bytes(send, e.status, e.body, JSON_HEADERS)
+            return
+        # -- injected faults --
+        if cfg.slow_first_byte_ms > 0:
+            self.faults["slow_first_bytes"] += 1
+            await asyncio.sleep(cfg.slow_first_byte_ms / 1000.0)
+        rnd = self.fault_rng.random
+        if cfg.error_rate > 0 and rnd() < cfg.error_rate:
+            self.faults["errors"] += 1
+            body = error_body(
+                "Emulated internal server error (injected fault).", "InternalServerError", None, 500
+            )
+            await _send_bytes(send, 500, body, JSON_HEADERS)
+            return
+        if cfg.hang_rate > 0 and rnd() < cfg.hang_rate:
+            self.faults["hangs"] += 1
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            return
+        reset = cfg.reset_rate > 0 and rnd() < cfg.reset_rate
+
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.id_rng.getrandbits(64):016x}"
+        metrics_on = cfg.per_request_spec_decode_metrics == "summary" and cfg.speculative
+        responder = Responder(
+            req, rid, int(time.time()), self.fingerprint, cfg.num_speculative_tokens, metrics_on
+        )
+        if cfg.time_scale <= 0:
+            group = self._build(req, timed=False)
+            self.engine.run_inline(group)
+            await self._respond_inline(group, responder, send, reset)
+        else:
+            group = self._build(req, timed=True)
+            await self._respond_timed(group, responder, receive, send, reset)
+
+    async def _reset(self, send: Send, partial: bytes, total: int | None) -> None:
+        self.faults["resets"] += 1
+        if total is not None:  # a plain response: promise the whole body, deliver part of it
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [*JSON_HEADERS, (b"content-length", str(total).encode())],
+                }
+            )
+        await send({"type": "http.response.body", "body": partial, "more_body": True})
+        raise EmulatedReset
+
+    async def _respond_inline(self, group: Group, responder: Responder, send: Send, reset: bool) -> None:
+        if not group.stream:
+            body = responder.full(group.seqs)
+            if reset:
+                await self._reset(send, body[: len(body) // 2], len(body))
+            await _send_bytes(send, 200, body, JSON_HEADERS)
+            return
+        events = group.events
+        last_index = len(events) - 1
+        no_usage = not responder.req.include_usage
+        parts = [
+            responder.chunk(seq, start, end, delta, fin, no_usage and i == last_index)
+            for i, (seq, start, end, delta, fin) in enumerate(events)
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        if reset:
+            await self._reset(send, b"".join(parts[: max(1, len(parts) // 2)]), None)
+        parts.append(responder.tail(group.seqs))
+        await send({"type": "http.response.body", "body": b"".join(parts)})
+
+    async def _respond_timed(
+        self, group: Group, responder: Responder, receive: Receive, send: Send, reset: bool
+    ) -> None:
+        engine = self.engine
+        wake = group.wake
+        assert wake is not None
+        engine.submit(group)
+
+        def _on_disconnect(fut: asyncio.Future[Any]) -> None:
+            if not fut.cancelled() and not group.done:
+                engine.abort(group)
+
+        watcher = asyncio.ensure_future(receive())
+        watcher.add_done_callback(_on_disconnect)
+        try:
+            if not group.stream:
+                while not group.done:
+                    await wake.wait()
+                    wake.clear()
+                    if group.aborted:
+                        return
+                body = responder.full(group.seqs)
+                if reset:
+                    await self._reset(send, body[: len(body) // 2], len(body))
+                await _send_bytes(send, 200, body, JSON_HEADERS)
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            no_usage = not responder.req.include_usage
+            total = sum(s.max_tokens for s in group.seqs)
+            reset_at = self.fault_rng.randint(1, max(1, total // 2)) if reset else -1
+            sent = 0
+            while True:
+                await wake.wait()
+                wake.clear()
+                if group.aborted:
+                    return
+                events = group.take()
+                done = group.done
+                last = len(events) - 1
+                parts = []
+                for i, (seq, start, end, delta, fin) in enumerate(events):
+                    parts.append(
+                        responder.chunk(seq, start, end, delta, fin, done and no_usage and i == last)
+                    )
+                    sent += end - start
+                if reset and sent >= reset_at and not done:
+                    engine.abort(group)
+                    await self._reset(send, b"".join(parts), None)
+                if done:
+                    parts.append(responder.tail(group.seqs))
+                    await send({"type": "http.response.body", "body": b"".join(parts)})
+                    return
+                if parts:
+                    await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+        finally:
+            watcher.cancel()
+            if not group.done:
+                engine.abort(group)
+
+
+def run(cfg: EmulatorConfig, host: str, port: int) -> None:
+    import uvicorn
+
+    app = EmulatorApp(cfg)
+    kwargs: dict[str, Any] = {}
+    with contextlib.suppress(ImportError):
+        import uvloop  # noqa: F401
+
+        kwargs["loop"] = "uvloop"
+    with contextlib.suppress(ImportError):
+        import httptools  # noqa: F401
+
+        kwargs["http"] = "httptools"
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+        **kwargs,
+    )

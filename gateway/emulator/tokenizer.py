@@ -1,0 +1,72 @@
+"""Pseudo-tokenizer of the emulator: about 4 characters per token, stable token ids.
+
+A piece is a run of at most 4 letters (with its leading space), a run of at most 3 digits (with its
+leading space), one other symbol (with its leading space) or one whitespace character. Every character
+of the input lands in exactly one piece, so ``"".join(pieces(text)) == text``. The id of a piece is a
+CRC-32 hash folded into ``[FIRST_ID, VOCAB_SIZE)``: the same piece always has the same id, in every
+process. Chat prompts are rendered with a ChatML template whose markers count as one token each.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from functools import lru_cache
+
+VOCAB_SIZE = 32000
+BOS_ID = 1
+EOS_ID = 2
+IM_START_ID = 3
+IM_END_ID = 4
+NEWLINE_ID = 5
+FIRST_ID = 300
+
+_PIECE_RE = re.compile(r" ?[^\W\d_]{1,4}| ?\d{1,3}| ?[^\w\s]|\s|_")
+_ROLE_IDS = {"system": 10, "user": 11, "assistant": 12, "tool": 13, "developer": 14}
+
+
+def pieces(text: str) -> list[str]:
+    return _PIECE_RE.findall(text)
+
+
+@lru_cache(maxsize=65536)
+def piece_id(piece: str) -> int:
+    return FIRST_ID + zlib.crc32(piece.encode("utf-8", "surrogatepass")) % (VOCAB_SIZE - FIRST_ID)
+
+
+@lru_cache(maxsize=4096)
+def encode(text: str) -> tuple[int, ...]:
+    """Token ids of ``text`` (no special tokens)."""
+    return tuple(piece_id(p) for p in _PIECE_RE.findall(text))
+
+
+def encode_prompt(text: str) -> tuple[int, ...]:
+    """Completion prompt ids: BOS then the text's tokens (like a Llama/Qwen tokenizer with BOS)."""
+    return (BOS_ID, *encode(text))
+
+
+def render_chat(messages: list[tuple[str, str]]) -> str:
+    """The ChatML text of ``(role, content)`` pairs plus the assistant generation prompt."""
+    parts = [f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in messages]
+    parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
+
+
+@lru_cache(maxsize=4096)
+def _encode_chat_cached(messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+    ids: list[int] = []
+    for role, content in messages:
+        ids.append(IM_START_ID)
+        ids.append(_ROLE_IDS.get(role, 15))
+        ids.append(NEWLINE_ID)
+        ids.extend(encode(content))
+        ids.append(IM_END_ID)
+        ids.append(NEWLINE_ID)
+    ids.extend((IM_START_ID, _ROLE_IDS["assistant"], NEWLINE_ID))
+    return tuple(ids)
+
+
+def encode_chat(messages: list[tuple[str, str]]) -> tuple[int, ...]:
+    """Chat prompt ids: each message is ``<im_start> role \\n content <im_end> \\n``, then the
+    generation prompt ``<im_start> assistant \\n``."""
+    return _encode_chat_cached(tuple(messages))
