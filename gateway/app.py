@@ -8,9 +8,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
+import aiohttp
 import httpx
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from httpx_aiohttp import AiohttpTransport
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,9 +22,10 @@ from gateway.api.errors import APIError, error_response
 from gateway.config import PoolName, Settings
 from gateway.observability import Metrics
 from gateway.routing.policy import Policy
-from gateway.upstream import health
+from gateway.upstream import discovery, health
 from gateway.upstream.forward import Upstreams
 from gateway.upstream.pool import Endpoint, Pool
+from gateway.upstream.scrape import Scraper
 
 log = logging.getLogger("specroute")
 
@@ -36,6 +39,7 @@ class Gateway:
     metrics: Metrics
     upstreams: Upstreams
     models: frozenset[str]
+    scraper: Scraper | None = None
     draining: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -44,22 +48,42 @@ def build_pools(settings: Settings) -> dict[PoolName, Pool]:
     pools: dict[PoolName, Pool] = {}
     for name, cfg in settings.pools.items():
         endpoints = [Endpoint(name, e.name, e.base_url, e.weight) for e in cfg.endpoints]
-        pools[name] = Pool(name, list(cfg.models), endpoints, cfg.num_speculative_tokens, cfg.draft_cost_ratio)
+        pools[name] = Pool(
+            name, list(cfg.models), endpoints, cfg.num_speculative_tokens, cfg.draft_cost_ratio
+        )
     return pools
 
 
-def build_policy(settings: Settings) -> Policy:
-    from gateway.routing.policy import StaticPolicy
-    from gateway.routing.rules import RulesClassifier
+def build_policy(
+    settings: Settings,
+    pools: dict[PoolName, Pool],
+    scraper: Scraper | None = None,
+    metrics: Metrics | None = None,
+) -> Policy:
+    """The routing policy for ``routing.strategy`` (one implementation learns under every strategy)."""
+    from gateway.routing.adaptive import AdaptivePolicy
+    from gateway.routing.classify import load_classifier
 
-    return StaticPolicy(settings.routing.strategy, RulesClassifier())
+    r = settings.routing
+    return AdaptivePolicy.build(r.strategy, load_classifier(), r, pools, scraper, metrics)
 
 
 def new_client(settings: Settings) -> httpx.AsyncClient:
+    """The one upstream client: httpx's API over aiohttp's connection pool.
+
+    httpx's own pool costs about 1 ms of CPU per request here (it polls every idle connection on
+    each request); the aiohttp transport keeps the httpx API at a fifth of that. No connection cap:
+    long streams must never queue behind each other inside the gateway.
+    """
     t = settings.timeouts
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True),
+        auto_decompress=False,
+        trust_env=False,
+    )
     return httpx.AsyncClient(
+        transport=AiohttpTransport(client=session),
         timeout=httpx.Timeout(connect=t.connect_s, read=None, write=t.connect_s, pool=t.connect_s),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024, keepalive_expiry=60),
         follow_redirects=False,
         trust_env=False,
     )
@@ -72,16 +96,23 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = new_client(settings)
+        scraper = Scraper(client, pools, metrics, settings.routing.scrape_interval_s)
         gw = Gateway(
             settings,
-            policy or build_policy(settings),
+            policy or build_policy(settings, pools, scraper, metrics),
             metrics,
             Upstreams(settings, client, pools, metrics),
             frozenset(settings.served_models()),
+            scraper,
         )
         app.state.gateway = gw
+        await discovery.refresh(client, pools, settings)
         await health.check_all(client, list(pools.values()), settings.health)
         gw.tasks.append(asyncio.create_task(health.run(client, list(pools.values()), settings.health)))
+        gw.tasks.append(
+            asyncio.create_task(discovery.run(client, pools, settings, on_removed=metrics.forget))
+        )
+        gw.tasks.append(asyncio.create_task(scraper.run()))
         try:
             yield
         finally:
@@ -99,6 +130,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     app.add_route("/health", routes.health, methods=["GET"])
     app.add_route("/ready", routes.ready, methods=["GET"])
     app.add_route("/metrics", routes.metrics, methods=["GET"])
+    app.add_route("/admin/routing", routes.admin_routing, methods=["GET"])
     _install_error_handlers(app)
     return app
 

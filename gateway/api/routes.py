@@ -18,8 +18,11 @@ from starlette.responses import Response, StreamingResponse
 from gateway.api.errors import APIError, error_response
 from gateway.api.request import check_key, forced_pool, parse_body, read_body
 from gateway.observability import access_log
+from gateway.routing.acceptance import Measured, from_server, from_token_steps
 from gateway.routing.policy import Api, Decision, Outcome, RouteRequest
+from gateway.upstream.assemble import assemble, can_assemble, stream_body
 from gateway.upstream.forward import Sent
+from gateway.upstream.pool import Endpoint
 from gateway.upstream.stream import StreamMeter, request_usage
 
 if TYPE_CHECKING:
@@ -68,20 +71,36 @@ async def _handle(request: Request, api: Api) -> Response:
         forced = forced_pool(request, gw.settings.routing.allow_pool_override)
         decision = gw.policy.decide(RouteRequest(payload, api, forced))
         gw.metrics.decisions.labels(gw.policy.strategy.value, decision.pool, decision.reason).inc()
+        if decision.predicted_speedup is not None:
+            gw.metrics.predicted_speedup.labels(decision.prompt_class).observe(decision.predicted_speedup)
+        if decision.explore:
+            gw.metrics.exploration.labels(decision.kind).inc()
         stream = payload.get("stream") is True
-        headers = {"content-type": "application/json", "accept-encoding": "identity", "x-request-id": request_id}
+        headers = {
+            "content-type": "application/json",
+            "accept-encoding": "identity",
+            "x-request-id": request_id,
+        }
         if not gw.settings.auth.api_keys and "authorization" in request.headers:
             headers["authorization"] = request.headers["authorization"]
         meter: StreamMeter | None = None
         if stream:
             body, wants_usage, wants_continuous = request_usage(payload)
             meter = StreamMeter(started, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
-        first_byte = None if stream else gw.settings.timeouts.total_s
+        elif decision.pool == "speculative" and can_assemble(payload, api):
+            # stream from upstream to measure acceptance; the client still gets one JSON body
+            body = stream_body(payload)
+            meter = StreamMeter(started, collect=[])
+        first_byte = None if meter is not None else gw.settings.timeouts.total_s
         sent = await _unless_disconnected(
             request, gw.upstreams.send(PATHS[api], body, headers, decision.pool, first_byte_s=first_byte)
         )
     except APIError as e:
-        extra = _decision_headers(decision, decision.pool, request_id) if decision else {"x-request-id": request_id}
+        extra = (
+            _decision_headers(decision, decision.pool, request_id)
+            if decision
+            else {"x-request-id": request_id}
+        )
         _finish(gw, api, decision, None, e.status, started, None, request_id)
         return error_response(e.status, e.message, e.param, {**e.headers, **extra})
 
@@ -90,6 +109,8 @@ async def _handle(request: Request, api: Api) -> Response:
         gw.metrics.failovers.labels(decision.pool, sent.pool).inc()
     status = sent.response.status_code
     media_type = sent.response.headers.get("content-type", "application/json")
+    if meter is not None and status < 300 and meter.collect is not None:
+        return await _assembled(request, gw, api, decision, sent, meter, started, request_id, out_headers)
     if meter is not None and status < 300:
 
         def done(s: Sent, failed: int | None) -> None:
@@ -105,6 +126,45 @@ async def _handle(request: Request, api: Api) -> Response:
         return error_response(e.status, e.message, e.param, out_headers)
     _finish(gw, api, decision, sent, status, started, None, request_id, content)
     return Response(content, status, headers=out_headers, media_type=media_type)
+
+
+async def _assembled(
+    request: Request,
+    gw: Gateway,
+    api: Api,
+    decision: Decision,
+    sent: Sent,
+    meter: StreamMeter,
+    started: float,
+    request_id: str,
+    headers: dict[str, str],
+) -> Response:
+    """Read a stream started for a non-streamed request and answer with the assembled body."""
+    failed: list[int | None] = []
+
+    async def drain() -> None:
+        async for _ in gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
+            pass
+
+    try:
+        await _unless_disconnected(request, drain())
+    except APIError as e:
+        _finish(gw, api, decision, sent, e.status, started, None, request_id)
+        return error_response(e.status, e.message, e.param, headers)
+    status = failed[0] if failed and failed[0] else 200
+    body = assemble(meter.collect or [], api) if status == 200 and meter.error is None else None
+    if body is None:
+        err = meter.error or {}
+        code = err.get("code")
+        status = code if isinstance(code, int) and 400 <= code < 600 else (status if status != 200 else 502)
+        _finish(gw, api, decision, sent, status, started, None, request_id)
+        if meter.error is not None:
+            return Response(
+                orjson.dumps({"error": meter.error}), status, headers=headers, media_type="application/json"
+            )
+        return error_response(status, "upstream stream ended without a complete response", None, headers)
+    _finish(gw, api, decision, sent, status, started, meter, request_id)
+    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
@@ -137,6 +197,20 @@ def _usage_of(content: bytes) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
+def _spec_k(gw: Gateway, endpoint: Endpoint) -> int | None:
+    configured = gw.upstreams.pools["speculative"].num_speculative_tokens
+    if configured:
+        return configured
+    return gw.scraper.of(endpoint).k if gw.scraper is not None else None
+
+
+def _measure(gw: Gateway, sent: Sent, meter: StreamMeter) -> Measured | None:
+    """The request's acceptance: the server's own summary when it sent one, else tokens per chunk."""
+    k = _spec_k(gw, sent.endpoint)
+    measured = from_server(meter.spec_metrics, k) if meter.spec_metrics else None
+    return measured or from_token_steps(meter.token_steps, k)
+
+
 def _finish(
     gw: Gateway,
     api: Api,
@@ -165,6 +239,7 @@ def _finish(
         if usage and isinstance(usage.get("completion_tokens"), int):
             tokens = usage["completion_tokens"]
     tpot = None
+    measured = None
     if decision is not None and sent is not None and status < 300:
         gw.metrics.e2e.labels(pool, cls).observe(e2e)
         if ttft is not None:
@@ -172,8 +247,28 @@ def _finish(
             if tokens and tokens > 1:
                 tpot = (e2e - ttft) / (tokens - 1)
                 gw.metrics.tpot.labels(pool, cls).observe(tpot)
+        if meter is not None and sent.pool == "speculative":
+            measured = _measure(gw, sent, meter)
+        accepted = steps = drafted = None
+        if measured is not None:
+            accepted, steps, drafted = int(measured.accepted), int(measured.steps), int(measured.draft_tokens)
+            gw.metrics.request_acceptance.labels(cls).observe(measured.rate)
+            gw.metrics.accepted_tokens.labels(cls).inc(accepted)
+            gw.metrics.draft_tokens.labels(cls).inc(drafted)
         gw.policy.observe(
-            Outcome(decision, sent.pool, sent.endpoint.name, status, ttft, e2e, tokens, chunks)
+            Outcome(
+                decision,
+                sent.pool,
+                sent.endpoint.name,
+                status,
+                ttft,
+                e2e,
+                tokens,
+                chunks,
+                accepted,
+                drafted,
+                steps,
+            )
         )
     if gw.settings.logging.access_log:
         access_log(
@@ -192,6 +287,10 @@ def _finish(
                 "tpot_ms": round(tpot * 1000, 3) if tpot is not None else None,
                 "e2e_ms": round(e2e * 1000, 2),
                 "completion_tokens": tokens,
+                "acceptance": round(measured.rate, 4) if measured else None,
+                "alpha": round(measured.alpha, 4) if measured else None,
+                "spec_steps": measured.steps if measured else None,
+                "acceptance_source": measured.source if measured else None,
             }
         )
 
@@ -226,15 +325,34 @@ async def health(request: Request) -> Response:
 async def ready(request: Request) -> Response:
     gw = _gateway(request)
     pools = {name: [e.name for e in p.available()] for name, p in gw.upstreams.pools.items()}
-    missing = [m for m in gw.models if not any(m in p.models and p.has_available() for p in gw.upstreams.pools.values())]
-    body = orjson.dumps({"ready": not missing, "available_endpoints": pools, "models_without_endpoint": missing})
+    missing = [
+        m
+        for m in gw.models
+        if not any(m in p.models and p.has_available() for p in gw.upstreams.pools.values())
+    ]
+    body = orjson.dumps(
+        {"ready": not missing, "available_endpoints": pools, "models_without_endpoint": missing}
+    )
     return Response(body, 200 if not missing and not gw.draining else 503, media_type="application/json")
 
 
 async def metrics(request: Request) -> Response:
     gw = _gateway(request)
+    if gw.scraper is not None:
+        gw.scraper.export()
     for pool in gw.upstreams.pools.values():
         for ep in pool.endpoints:
             gw.metrics.endpoint_up.labels(pool.name, ep.name).set(1.0 if ep.available() else 0.0)
             gw.metrics.inflight.labels(pool.name, ep.name).set(ep.outstanding)
     return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def admin_routing(request: Request) -> Response:
+    """Live routing state: estimates per kind, the speedup model, endpoints as scraped, decision counts."""
+    gw = _gateway(request)
+    key = gw.settings.auth.admin_key
+    if key:
+        check_key(request, [key], "admin key")
+    snapshot = getattr(gw.policy, "snapshot", None)
+    state: dict[str, Any] = snapshot() if callable(snapshot) else {"strategy": gw.policy.strategy.value}
+    return Response(orjson.dumps(state), media_type="application/json")

@@ -48,6 +48,8 @@ class Decision:
     kind: str
     predicted_speedup: float | None = None
     explore: bool = False
+    alpha: float | None = None  # the alpha the decision expected
+    batch: float | None = None  # the batch the request was expected to join on its pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,9 @@ class StaticPolicy:
             pool = "baseline"
         else:
             pool = "speculative" if pred.label == "structured" else "baseline"
-        reason = self.strategy.value if self.strategy is not Strategy.CLASSIFIER else f"classifier-{pred.label}"
+        reason = (
+            self.strategy.value if self.strategy is not Strategy.CLASSIFIER else f"classifier-{pred.label}"
+        )
         return Decision(pool, pred.label, reason, pred.p_structured, pred.kind)
 
     def observe(self, outcome: Outcome) -> None:

@@ -115,7 +115,7 @@ class Upstreams:
             except TimeoutError:
                 kind = "timeout"
                 last_error = APIError(504, f"upstream endpoint {endpoint.name} sent nothing in time")
-            except httpx.ConnectError:
+            except _UNREACHABLE:
                 kind = "connect"
                 last_error = APIError(
                     503, f"no upstream endpoint could be reached (last tried: {endpoint.name})"
@@ -209,6 +209,11 @@ class Upstreams:
             await sent.response.aclose()
         sent.endpoint.record_success()
         return b"".join(parts)
+
+
+# Failures before any response byte that mean "nobody answered": refused, reset, or a pooled
+# keep-alive connection found dead. Safe to retry; when every attempt ends so, the gateway says 503.
+_UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 
 
 class _UpstreamStatus(Exception):

@@ -66,6 +66,7 @@ class StreamMeter:
     token_steps: list[int] = field(default_factory=list)
     spec_metrics: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    collect: list[dict[str, Any]] | None = None  # every parsed chunk, when a body is to be assembled
     done: bool = False
     _buf: bytes = b""
     _held: bytes | None = None
@@ -124,6 +125,8 @@ class StreamMeter:
             return event
         if not isinstance(obj, dict):
             return event
+        if self.collect is not None:
+            self.collect.append(obj)
         if "error" in obj:
             self.error = obj["error"] if isinstance(obj["error"], dict) else {"message": str(obj["error"])}
             return event
@@ -175,6 +178,8 @@ def _has_output(choices: Any) -> bool:
     for c in choices:
         if isinstance(c, dict):
             delta = c.get("delta")
-            if c.get("text") or (isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls"))):
+            if c.get("text") or (
+                isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls"))
+            ):
                 return True
     return False

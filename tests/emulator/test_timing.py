@@ -49,7 +49,7 @@ def profile(emu: Emu, prompt: str, reps: int = 3) -> tuple[float, float, float]:
     return min(r[0] for r in runs), statistics.median(r[1] for r in runs), server_ttft / TIME_SCALE
 
 
-def attempts(check: Callable[[], None], tries: int = 2) -> None:
+def attempts(check: Callable[[], None], tries: int = 3) -> None:
     """Timing checks get a second chance: a loaded test machine can stall any single measurement."""
     for i in range(tries):
         try:

@@ -1,0 +1,118 @@
+"""Acceptance arithmetic, and turning what one request showed into an acceptance measurement.
+
+All three sources the gateway has — vLLM's counters, the server's per-request summary
+(``metrics.speculative_decoding``) and the tokens per chunk of a stream — reduce to the same pair:
+draft tokens accepted and verification steps, for a known ``k``. From it come the draft acceptance
+rate (accepted / (steps·k), vLLM's definition), the mean acceptance length 1 + accepted / steps,
+and alpha, the per-token acceptance probability, found by inverting
+E(alpha, k) = (1 - alpha^(k+1)) / (1 - alpha) at the mean acceptance length. One estimator for
+every source keeps them comparable.
+
+Reading steps from a stream (tokens per chunk, from continuous usage):
+
+* the first chunk is the prefill token; if it carries more, the rest is a merged decode step;
+* the last chunk is censored — ``max_tokens``, a stop string or EOS cut the step short, so its
+  size says nothing about how many drafts were accepted — and is dropped unless it is a full
+  step of k + 1 tokens;
+* a chunk of more than k + 1 tokens is several steps merged under back-pressure (or by
+  ``--stream-interval``); it is split into the fewest steps that could have produced it. Merges
+  that stay within k + 1 tokens cannot be seen and make acceptance look higher; the server's
+  summary, when present, has none of these problems and is preferred.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+def expected_length(alpha: float, k: int) -> float:
+    """E(alpha, k): tokens emitted per verification step, bonus token included."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    if alpha <= 0.0:
+        return 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def alpha_from_length(length: float, k: int) -> float:
+    """The alpha at which E(alpha, k) equals ``length`` (bisection; E is increasing in alpha)."""
+    if length <= 1.0:
+        return 0.0
+    if length >= k + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if expected_length(mid, k) < length:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """Accepted draft tokens over verification steps, for one request or one scrape interval."""
+
+    accepted: float
+    steps: float
+    k: int
+    source: Literal["server", "stream", "counters"]
+
+    @property
+    def draft_tokens(self) -> float:
+        return self.steps * self.k
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.draft_tokens
+
+    @property
+    def mean_length(self) -> float:
+        return 1.0 + self.accepted / self.steps
+
+    @property
+    def alpha(self) -> float:
+        return alpha_from_length(self.mean_length, self.k)
+
+    @property
+    def trials(self) -> float:
+        """Bernoulli draws behind the measurement: accepted ones plus (about) one rejection per short step."""
+        a = self.alpha
+        return self.accepted + self.steps * (1.0 - a**self.k)
+
+
+def from_server(summary: Mapping[str, Any], k: int | None) -> Measured | None:
+    """From vLLM's per-request ``metrics.speculative_decoding`` summary."""
+    steps = summary.get("num_spec_steps")
+    accepted = summary.get("num_accepted_draft_tokens")
+    drafted = summary.get("num_draft_tokens")
+    if not isinstance(steps, int) or not isinstance(accepted, int) or steps <= 0:
+        return None
+    if isinstance(drafted, int) and drafted > 0:
+        k = round(drafted / steps)
+    if not k:
+        return None
+    return Measured(accepted, steps, k, "server")
+
+
+def from_token_steps(tokens: Sequence[int], k: int | None) -> Measured | None:
+    """From the tokens each chunk of a stream carried (see the module notes)."""
+    if not k or len(tokens) < 2:
+        return None
+    full = k + 1
+    chunks = list(tokens[1:])
+    if tokens[0] > 1:
+        chunks.insert(0, tokens[0] - 1)
+    if chunks and chunks[-1] != full:
+        chunks.pop()
+    steps = accepted = 0
+    for t in chunks:
+        n = -(-t // full)  # ceil: a merged chunk is at least this many steps
+        steps += n
+        accepted += t - n
+    if steps == 0:
+        return None
+    return Measured(accepted, steps, k, "stream")

@@ -1,0 +1,233 @@
+"""The routing policy: classify, predict the speedup, pick the pool; learn from every outcome.
+
+One policy serves every strategy, so estimates, the speedup model and ``/admin/routing`` stay live
+whichever is selected; the strategy only changes the final choice:
+
+- ``adaptive``: speculative when the predicted TPOT gain exceeds ``routing.margin`` at the pools'
+  current batches; when the speculative pool queues (or baseline does) the marginal request goes
+  to the other pool; ``routing.exploration_rate`` of the requests predicted for baseline go to
+  speculative anyway (reason ``explore``), so a kind routed away is still measured;
+- ``classifier``: speculative exactly when the classifier says "structured";
+- ``always-speculative`` / ``always-baseline``: fixed pool.
+
+Reasons (``x-specroute-reason``): ``predicted-gain``, ``no-gain``, ``spec-busy`` (a gain at an idle
+pool, a loss at the current batch), ``spec-queued``, ``baseline-queued``, ``explore``, ``forced``,
+``classifier-<label>``, ``always-<pool>``.
+
+Load per endpoint is the larger of the gateway's own in-flight count (always fresh) and vLLM's
+running + waiting from the last scrape (sees other clients); the pool's batch is that of its
+least loaded endpoint, where the next request will go. An endpoint queues when vLLM reports
+waiting requests or the in-flight count reaches the batch capacity seen while it queued before.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+from gateway.config import PoolName, RoutingConfig, Strategy
+from gateway.observability import Metrics
+from gateway.routing.acceptance import Measured
+from gateway.routing.estimates import AlphaEstimates
+from gateway.routing.policy import Classifier, Decision, Outcome, RouteRequest
+from gateway.routing.speedup import SpeedupModel
+from gateway.upstream.pool import Pool
+from gateway.upstream.scrape import Scraper
+
+STALE_SCRAPES = 3  # scraped gauges older than this many intervals are ignored
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLoad:
+    batch: float  # requests running on the least loaded endpoint once this one joins
+    queued: bool
+    available: bool
+
+
+@dataclass
+class AdaptivePolicy:
+    strategy: Strategy
+    classifier: Classifier
+    routing: RoutingConfig
+    pools: dict[PoolName, Pool]
+    scraper: Scraper | None = None
+    metrics: Metrics | None = None
+    model: SpeedupModel = field(default_factory=SpeedupModel)
+    estimates: AlphaEstimates = field(default_factory=AlphaEstimates)
+    counts: Counter[str] = field(default_factory=Counter)
+    rng: random.Random = field(default_factory=random.Random)
+
+    @classmethod
+    def build(
+        cls,
+        strategy: Strategy,
+        classifier: Classifier,
+        routing: RoutingConfig,
+        pools: dict[PoolName, Pool],
+        scraper: Scraper | None = None,
+        metrics: Metrics | None = None,
+    ) -> AdaptivePolicy:
+        spec = pools["speculative"]
+        model = SpeedupModel(
+            k=spec.num_speculative_tokens or 7,
+            c=spec.draft_cost_ratio if spec.draft_cost_ratio is not None else 0.05,
+        )
+        return cls(
+            strategy,
+            classifier,
+            routing,
+            pools,
+            scraper,
+            metrics,
+            model,
+            AlphaEstimates(routing.half_life_s),
+            rng=random.Random(routing.seed),
+        )
+
+    # -- deciding --------------------------------------------------------------------------------
+    def decide(self, request: RouteRequest) -> Decision:
+        t0 = perf_counter()
+        pred = self.classifier.predict(request.body)
+        if self.metrics is not None:
+            self.metrics.classifier_latency.observe(perf_counter() - t0)
+        label, p, kind = pred.label, pred.p_structured, pred.kind
+        if request.forced_pool is not None:
+            return self._count(Decision(request.forced_pool, label, "forced", p, kind))
+        self._sync_k()
+        alpha = self.estimates.alpha(kind, label, p)
+        spec, base = self.load("speculative"), self.load("baseline")
+        speedup = self.model.speedup(alpha, spec.batch, base.batch)
+        strategy = self.strategy
+        pool: PoolName
+        explore = False
+        if strategy is Strategy.ALWAYS_SPECULATIVE:
+            pool, reason = "speculative", strategy.value
+        elif strategy is Strategy.ALWAYS_BASELINE:
+            pool, reason = "baseline", strategy.value
+        elif strategy is Strategy.CLASSIFIER:
+            pool = "speculative" if label == "structured" else "baseline"
+            reason = f"classifier-{label}"
+        elif not spec.available or (spec.queued and not base.queued and base.available):
+            pool, reason = "baseline", "spec-queued"
+        elif not base.available or (base.queued and not spec.queued):
+            pool, reason = "speculative", "baseline-queued"
+        elif speedup > 1.0 + self.routing.margin:
+            pool, reason = "speculative", "predicted-gain"
+        elif self.routing.exploration_rate and self.rng.random() < self.routing.exploration_rate:
+            pool, reason, explore = "speculative", "explore", True
+        else:
+            pool = "baseline"
+            idle = self.model.speedup(alpha, 1.0, base.batch)
+            reason = "spec-busy" if idle > 1.0 + self.routing.margin else "no-gain"
+        batch = spec.batch if pool == "speculative" else base.batch
+        return self._count(Decision(pool, label, reason, p, kind, speedup, explore, alpha, batch))
+
+    def _count(self, decision: Decision) -> Decision:
+        self.counts[decision.reason] += 1
+        return decision
+
+    def load(self, pool: PoolName) -> PoolLoad:
+        now = time.monotonic()
+        stale = STALE_SCRAPES * self.routing.scrape_interval_s
+        best: tuple[bool, float] | None = None
+        for ep in self.pools[pool].endpoints:
+            if not ep.available(now):
+                continue
+            load, queued = float(ep.outstanding), False
+            state = self.scraper.by_endpoint.get(id(ep)) if self.scraper is not None else None
+            cap = None
+            if state is not None and state.reading is not None:
+                age = state.age(now)
+                if age is not None and age <= stale:
+                    r = state.reading
+                    waiting = r.waiting or 0.0
+                    load = max(load, (r.running or 0.0) + waiting)
+                    queued = waiting > 0
+                cap = state.capacity
+            if cap is not None:
+                queued = queued or load >= cap
+                load = min(load, cap - 1)
+            key = (queued, load)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            return PoolLoad(1.0, True, False)
+        return PoolLoad(best[1] + 1.0, best[0], True)
+
+    def _sync_k(self) -> None:
+        """Take k from the speculative endpoints' counters when configuration does not give it."""
+        if self.pools["speculative"].num_speculative_tokens or self.scraper is None:
+            return
+        for ep in self.pools["speculative"].endpoints:
+            state = self.scraper.by_endpoint.get(id(ep))
+            if state is not None and state.k:
+                self.model.k = state.k
+                return
+
+    def k(self) -> int:
+        return self.model.k
+
+    # -- learning --------------------------------------------------------------------------------
+    def observe(self, outcome: Outcome) -> None:
+        if outcome.status >= 300:
+            return
+        d = outcome.decision
+        tpot = None
+        tokens = outcome.completion_tokens
+        if outcome.ttft_s is not None and tokens and tokens > 1:
+            tpot = (outcome.e2e_s - outcome.ttft_s) / (tokens - 1)
+        batch = self._lifetime_batch(outcome)
+        if outcome.pool == "speculative":
+            if outcome.accepted_tokens is None or not outcome.steps or not outcome.draft_tokens:
+                return
+            k = round(outcome.draft_tokens / outcome.steps)
+            m = Measured(outcome.accepted_tokens, outcome.steps, k, "stream")
+            alpha = m.alpha
+            est = self.estimates.observe(d.kind, d.prompt_class, d.p_structured, alpha, m.trials)
+            if self.metrics is not None:
+                self.metrics.alpha_estimate.labels(d.kind).set(est)
+            if tpot is not None and batch is not None and k == self.model.k:
+                self.model.observe_speculative(tpot, batch, alpha)
+        elif tpot is not None and batch is not None:
+            self.model.observe_baseline(tpot, batch)
+
+    def _lifetime_batch(self, outcome: Outcome) -> float | None:
+        """Mean of the batch expected at the decision and the one left at the end."""
+        d = outcome.decision
+        if d.batch is None or outcome.pool != d.pool:
+            return None
+        end = next(
+            (e.outstanding + 1 for e in self.pools[outcome.pool].endpoints if e.name == outcome.endpoint),
+            None,
+        )
+        return d.batch if end is None else (d.batch + end) / 2
+
+    # -- explaining --------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        loads = {name: self.load(name) for name in self.pools}
+        margin = self.routing.margin
+        spec, base = loads["speculative"], loads["baseline"]
+        return {
+            "strategy": self.strategy.value,
+            "margin": margin,
+            "exploration_rate": self.routing.exploration_rate,
+            "classifier": type(self.classifier).__module__ + "." + type(self.classifier).__name__,
+            "estimates": self.estimates.snapshot(),
+            "speedup_model": {
+                **self.model.snapshot(),
+                "breakeven_alpha_idle": round(self.model.breakeven_alpha(1.0, 1.0, 1.0 + margin), 4),
+                "breakeven_alpha_now": round(
+                    self.model.breakeven_alpha(spec.batch, base.batch, 1.0 + margin), 4
+                ),
+            },
+            "pools": {
+                name: {"batch": ld.batch, "queued": ld.queued, "available": ld.available}
+                for name, ld in loads.items()
+            },
+            "endpoints": [s.snapshot() for s in self.scraper.by_endpoint.values()] if self.scraper else [],
+            "decisions": dict(self.counts),
+        }

@@ -1,0 +1,175 @@
+"""Live estimates of alpha per prompt kind and class, from the classifier's prior and measurements.
+
+Three layers, each cheap enough for the request path:
+
+1. a prior that maps the classifier's ``p_structured`` to alpha, ``alpha0(p) = a + b·p``: an online
+   weighted regression of measured alpha on p, anchored by two pseudo-observations (p = 0 → alpha of open
+   prose, p = 1 → alpha of structured output) so that it starts from sensible values;
+2. per (kind, class), an exponentially decayed mean of the measured alpha of its requests (one request
+   weighs up to 1, less when it had few draft tokens), shrunk towards the prior with the weight of
+   ``PRIOR_WEIGHT`` requests. Evidence halves every ``half_life_s``: an estimate that is no longer
+   fed (because its kind is routed away) drifts back to the prior and gets re-measured;
+3. a change detector (two-sided CUSUM on the residuals) per key: a sustained jump — a new draft
+   model, a traffic shift, acceptance collapsing — replaces the old evidence by the run of new
+   observations at once instead of waiting out the half-life.
+
+Requests are the units of evidence, not tokens: prompts of one kind differ in alpha, and one long
+request must not outvote many short ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+PRIOR_OPEN = 0.25  # alpha of open-ended prose (the reference deployment saw ≈ 0.27)
+PRIOR_STRUCTURED = 0.8  # alpha of repetitive or templated output (≈ 0.8)
+PRIOR_WEIGHT = 0.5  # the prior counts as this many requests: it decides only until measurements arrive
+FULL_TRIALS = 32.0  # a request with this many draft draws counts as one whole observation
+CUSUM_SLACK = 0.08  # residuals smaller than this are noise
+CUSUM_LIMIT = 0.9  # accumulated excess that declares a change (≈ 2 observations 0.5 off)
+
+
+@dataclass(slots=True)
+class PriorModel:
+    """alpha0(p) = a + b·p by decayed weighted least squares, anchored at p = 0 and p = 1."""
+
+    sw: float = 0.0
+    sp: float = 0.0
+    spp: float = 0.0
+    sa: float = 0.0
+    spa: float = 0.0
+    a: float = PRIOR_OPEN
+    b: float = PRIOR_STRUCTURED - PRIOR_OPEN
+
+    def __call__(self, p: float) -> float:
+        return min(0.99, max(0.0, self.a + self.b * p))
+
+    def decay(self, factor: float) -> None:
+        self.sw *= factor
+        self.sp *= factor
+        self.spp *= factor
+        self.sa *= factor
+        self.spa *= factor
+
+    def add(self, p: float, alpha: float, w: float) -> None:
+        self.sw += w
+        self.sp += w * p
+        self.spp += w * p * p
+        self.sa += w * alpha
+        self.spa += w * p * alpha
+        # the two anchors: one pseudo-request each at p = 0 and p = 1
+        sw, sp, spp = self.sw + 2, self.sp + 1, self.spp + 1
+        sa, spa = self.sa + PRIOR_OPEN + PRIOR_STRUCTURED, self.spa + PRIOR_STRUCTURED
+        det = sw * spp - sp * sp
+        if det > 1e-9:
+            self.b = (sw * spa - sp * sa) / det
+            self.a = (sa - self.b * sp) / sw
+
+
+@dataclass(slots=True)
+class KindEstimate:
+    weight: float = 0.0  # decayed number of requests
+    total: float = 0.0  # decayed Σ weight·alpha
+    updated: float = 0.0
+    observations: int = 0
+    last_alpha: float | None = None
+    last_p: float = 0.5
+    changes: int = 0
+    _up: float = 0.0
+    _down: float = 0.0
+    _run: list[tuple[float, float]] = field(default_factory=list)
+
+    def decay(self, now: float, half_life_s: float) -> None:
+        if now > self.updated:
+            f = 0.5 ** ((now - self.updated) / half_life_s)
+            self.weight *= f
+            self.total *= f
+            self.updated = now
+
+    def mean(self, prior: float) -> float:
+        return (self.total + PRIOR_WEIGHT * prior) / (self.weight + PRIOR_WEIGHT)
+
+    def add(self, alpha: float, w: float, prior: float, p: float) -> None:
+        current = self.mean(prior)
+        r = alpha - current
+        self._up = max(0.0, self._up + r - CUSUM_SLACK)
+        self._down = max(0.0, self._down - r - CUSUM_SLACK)
+        if self._up == 0.0 and self._down == 0.0:
+            self._run.clear()
+        else:
+            self._run.append((alpha, w))
+        if max(self._up, self._down) > CUSUM_LIMIT:
+            # a change: forget the old evidence, keep only the run that revealed it
+            self.weight = sum(x[1] for x in self._run)
+            self.total = sum(x[0] * x[1] for x in self._run)
+            self._up = self._down = 0.0
+            self._run.clear()
+            self.changes += 1
+        else:
+            self.weight += w
+            self.total += w * alpha
+        self.observations += 1
+        self.last_alpha = alpha
+        self.last_p = p
+
+
+@dataclass
+class AlphaEstimates:
+    half_life_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    prior: PriorModel = field(default_factory=PriorModel)
+    kinds: dict[tuple[str, str], KindEstimate] = field(default_factory=dict)
+    _prior_at: float = 0.0
+
+    def alpha(self, kind: str, cls: str, p_structured: float) -> float:
+        """The alpha to expect for a request of this kind, class and classifier probability."""
+        prior = self.prior(p_structured)
+        est = self.kinds.get((kind, cls))
+        if est is None:
+            return prior
+        est.decay(self.clock(), self.half_life_s)
+        return est.mean(prior)
+
+    def observe(self, kind: str, cls: str, p_structured: float, alpha: float, trials: float) -> float:
+        """Record one request's measured alpha; returns the kind's new estimate."""
+        now = self.clock()
+        w = min(1.0, trials / FULL_TRIALS)
+        if w <= 0:
+            return self.alpha(kind, cls, p_structured)
+        if now > self._prior_at:
+            self.prior.decay(0.5 ** ((now - self._prior_at) / self.half_life_s))
+            self._prior_at = now
+        self.prior.add(p_structured, alpha, w)
+        est = self.kinds.get((kind, cls))
+        if est is None:
+            est = self.kinds[(kind, cls)] = KindEstimate(updated=now)
+        est.decay(now, self.half_life_s)
+        prior = self.prior(p_structured)
+        est.add(alpha, w, prior, p_structured)
+        return est.mean(prior)
+
+    def snapshot(self) -> dict[str, Any]:
+        now = self.clock()
+        out: dict[str, Any] = {
+            "prior": {"a": round(self.prior.a, 4), "b": round(self.prior.b, 4)},
+            "half_life_s": self.half_life_s,
+            "kinds": [],
+        }
+        for (kind, cls), est in sorted(self.kinds.items()):
+            est.decay(now, self.half_life_s)
+            out["kinds"].append(
+                {
+                    "kind": kind,
+                    "class": cls,
+                    "alpha": round(est.mean(self.prior(est.last_p)), 4),
+                    "evidence": round(est.weight, 3),
+                    "observations": est.observations,
+                    "last_alpha": None if est.last_alpha is None else round(est.last_alpha, 4),
+                    "changes_detected": est.changes,
+                    "p_structured": round(est.last_p, 4),
+                }
+            )
+        return out

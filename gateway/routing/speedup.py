@@ -1,0 +1,111 @@
+"""Predicting a request's time per output token on each pool, and learning the model online.
+
+A decode step of the target model costs ``step_s`` while the tokens it verifies stay under a knee
+(decode is memory-bound) and grows linearly past it::
+
+    step(v) = step_s · max(1, v / knee)
+
+Without speculation a batch of ``b`` verifies ``b`` tokens and each request gets one token per step.
+With speculation it verifies ``b·(k + 1)`` tokens, pays ``k·c·step_s`` for the draft model, and each
+request gets E(alpha, k) tokens per step (Leviathan et al.)::
+
+    TPOT_base = step(b)                       TPOT_spec = (step(b·(k+1)) + k·c·step_s) / E(alpha, k)
+
+At small batch this is the textbook speedup E / (1 + k·c); at large batch the verification cost
+eats the gain, which is why the decision depends on the pool's current batch as well as on alpha.
+
+Learned from what the gateway observes (exponentially weighted, starting from configuration):
+``step_s`` from baseline TPOT below the knee; ``c`` from speculative TPOT below the knee, once the
+request's own measured acceptance has been divided out; ``knee`` from either pool's TPOT above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.routing.acceptance import expected_length
+
+LEARN_RATE = 0.05  # weight of one observation in the running estimates, once warmed up
+WARM_UP = 8  # baseline observations before step_s is trusted to learn c and the knee from
+KNEE_SIGNAL = 1.25  # a step this much dearer than step_s is taken as being past the knee
+
+
+@dataclass
+class SpeedupModel:
+    k: int = 7
+    c: float = 0.05
+    step_s: float = 0.045
+    knee: float = 64.0
+    base_observations: int = 0
+    spec_observations: int = 0
+
+    def step(self, verified: float) -> float:
+        return self.step_s * max(1.0, verified / self.knee)
+
+    def tpot_baseline(self, batch: float) -> float:
+        return self.step(batch)
+
+    def tpot_speculative(self, alpha: float, batch: float) -> float:
+        k = self.k
+        return (self.step(batch * (k + 1)) + k * self.c * self.step_s) / expected_length(alpha, k)
+
+    def speedup(self, alpha: float, spec_batch: float, base_batch: float) -> float:
+        """Predicted TPOT on baseline over TPOT on speculative (> 1: speculation is faster)."""
+        return self.tpot_baseline(base_batch) / self.tpot_speculative(alpha, spec_batch)
+
+    def breakeven_alpha(self, spec_batch: float = 1.0, base_batch: float = 1.0, gain: float = 1.0) -> float:
+        """The smallest alpha at which the predicted speedup reaches ``gain`` (1.0 when none does)."""
+        lo, hi = 0.0, 1.0
+        if self.speedup(hi, spec_batch, base_batch) < gain:
+            return 1.0
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            if self.speedup(mid, spec_batch, base_batch) < gain:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    # -- learning --------------------------------------------------------------------------------
+    def observe_baseline(self, tpot_s: float, batch: float) -> None:
+        """A baseline request's TPOT at (about) ``batch`` concurrent requests."""
+        if tpot_s <= 0:
+            return
+        self.base_observations += 1
+        if batch <= self.knee:
+            # a running mean first (the configured start may be far off), then a moving average
+            self.step_s += max(LEARN_RATE, 1.0 / self.base_observations) * (tpot_s - self.step_s)
+        elif tpot_s > KNEE_SIGNAL * self.step_s:
+            self._learn_knee(batch, tpot_s / self.step_s)
+
+    def observe_speculative(self, tpot_s: float, batch: float, alpha: float) -> None:
+        """A speculative request's TPOT at ``batch``, with its own measured acceptance."""
+        if tpot_s <= 0 or self.base_observations < WARM_UP:
+            return  # c is measured in units of step_s: wait until step_s is known
+        self.spec_observations += 1
+        k = self.k
+        ratio = tpot_s * expected_length(alpha, k) / self.step_s  # step cost in units of step_s
+        verified = batch * (k + 1)
+        if verified <= self.knee:
+            c = min(0.5, max(0.0, (ratio - 1.0) / k))
+            self.c += max(LEARN_RATE, 1.0 / self.spec_observations) * (c - self.c)
+        elif ratio - k * self.c > KNEE_SIGNAL:
+            self._learn_knee(verified, ratio - k * self.c)
+
+    def _learn_knee(self, verified: float, cost: float) -> None:
+        knee = min(1e6, max(float(self.k + 1), verified / cost))
+        self.knee += LEARN_RATE * (knee - self.knee)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "k": self.k,
+            "draft_cost_ratio": round(self.c, 4),
+            "step_ms": round(self.step_s * 1000, 3),
+            "knee_tokens": round(self.knee, 1),
+            "baseline_observations": self.base_observations,
+            "speculative_observations": self.spec_observations,
+            "ideal_speedup_at_alpha": {
+                str(a): round(self.speedup(a, 1, 1), 3) for a in (0.3, 0.5, 0.7, 0.8, 0.9)
+            },
+        }

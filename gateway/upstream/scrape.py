@@ -1,0 +1,263 @@
+"""Reading each endpoint's own ``/metrics``: speculative-decoding counters and load gauges.
+
+Every ``routing.scrape_interval_s`` the gateway fetches every endpoint's Prometheus page and keeps
+the last two readings. Acceptance over the interval comes from counter deltas (vLLM's definitions:
+draft acceptance rate Δaccepted / Δdraft_tokens, mean acceptance length 1 + Δaccepted / Δdrafts,
+per-position rates Δper_pos[i] / Δdrafts); load comes from the gauges. Counters are summed over
+the ``engine`` label. A counter that went down means the server restarted: its current value is
+then the delta since the restart. Absent or all-zero counters (Neuron's fused speculation keeps
+them at 0) simply give no interval acceptance: the per-request measurements do not depend on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.config import PoolName
+from gateway.observability import Metrics
+from gateway.routing.acceptance import Measured
+from gateway.upstream.pool import Endpoint, Pool
+
+log = logging.getLogger("specroute.scrape")
+
+_DRAFTS = "vllm:spec_decode_num_drafts_total"
+_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_RUNNING = "vllm:num_requests_running"
+_WAITING = "vllm:num_requests_waiting"
+_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One parsed ``/metrics`` page; ``None`` where the series is absent."""
+
+    at: float
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted: float | None = None
+    per_pos: tuple[float, ...] = ()
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None
+
+
+def parse(text: str, at: float = 0.0) -> Reading:
+    """Parse a vLLM metrics page (the ``_created`` samples beside counters are ignored)."""
+    sums: dict[str, float] = {}
+    pos: dict[int, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            name = s.name
+            if name == _PER_POS:
+                p = s.labels.get("position")
+                if p is not None and p.isdigit():
+                    pos[int(p)] = pos.get(int(p), 0.0) + s.value
+            elif name in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _RUNNING, _WAITING) or name in _KV:
+                sums[name] = sums.get(name, 0.0) + s.value
+    kv = next((sums[n] for n in _KV if n in sums), None)
+    per_pos = tuple(pos.get(i, 0.0) for i in range(max(pos) + 1)) if pos else ()
+    return Reading(
+        at,
+        sums.get(_DRAFTS),
+        sums.get(_DRAFT_TOKENS),
+        sums.get(_ACCEPTED),
+        per_pos,
+        sums.get(_RUNNING),
+        sums.get(_WAITING),
+        kv,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Acceptance between two readings."""
+
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    per_position: tuple[float, ...]
+    k: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.draft_tokens
+
+    @property
+    def mean_length(self) -> float:
+        return 1.0 + self.accepted / self.drafts
+
+    @property
+    def alpha(self) -> float:
+        return Measured(self.accepted, self.drafts, self.k, "counters").alpha
+
+
+def interval(prev: Reading | None, cur: Reading, k: int | None = None) -> Interval | None:
+    """Acceptance over ``prev`` → ``cur``; ``None`` without counters or without new drafts."""
+    if cur.drafts is None or cur.draft_tokens is None or cur.accepted is None:
+        return None
+    p = prev if prev is not None and prev.drafts is not None else Reading(cur.at)
+    reset = p.drafts is not None and (
+        cur.drafts < p.drafts
+        or (cur.draft_tokens < (p.draft_tokens or 0))
+        or cur.accepted < (p.accepted or 0)
+    )
+    if reset:
+        p = Reading(p.at)  # restarted: everything since the restart is the delta
+    d_drafts = cur.drafts - (p.drafts or 0.0)
+    d_tokens = cur.draft_tokens - (p.draft_tokens or 0.0)
+    d_acc = cur.accepted - (p.accepted or 0.0)
+    if d_drafts <= 0 or d_tokens <= 0:
+        return None
+    if cur.per_pos and (not reset and len(p.per_pos) in (0, len(cur.per_pos))):
+        base = p.per_pos or (0.0,) * len(cur.per_pos)
+        per_position = tuple(max(0.0, c - b) / d_drafts for c, b in zip(cur.per_pos, base, strict=True))
+    else:
+        per_position = tuple(c / d_drafts for c in cur.per_pos) if reset else ()
+    kk = k or len(cur.per_pos) or round(d_tokens / d_drafts)
+    return Interval(d_drafts, d_tokens, d_acc, per_position, kk, cur.at - p.at)
+
+
+@dataclass(eq=False)
+class EndpointScrape:
+    """What the last scrapes of one endpoint said."""
+
+    endpoint: Endpoint
+    reading: Reading | None = None
+    last: Interval | None = None  # the latest interval that had drafts
+    last_at: float | None = None  # monotonic time of the latest successful scrape
+    capacity: int | None = None  # running requests seen while others waited: max_num_seqs
+    failures: int = 0
+    error: str | None = None
+
+    @property
+    def k(self) -> int | None:
+        if self.reading is not None and self.reading.per_pos:
+            return len(self.reading.per_pos)
+        return self.last.k if self.last else None
+
+    def age(self, now: float | None = None) -> float | None:
+        if self.last_at is None:
+            return None
+        return (time.monotonic() if now is None else now) - self.last_at
+
+    def update(self, reading: Reading, k: int | None) -> None:
+        iv = interval(self.reading, reading, k)
+        if iv is not None:
+            self.last = iv
+        if reading.waiting and reading.running:
+            self.capacity = int(reading.running)
+        self.reading = reading
+        self.last_at = reading.at
+        self.failures = 0
+        self.error = None
+
+    def snapshot(self) -> dict[str, Any]:
+        r, iv = self.reading, self.last
+        out: dict[str, Any] = {
+            "pool": self.endpoint.pool,
+            "endpoint": self.endpoint.name,
+            "scrape_age_s": _round(self.age()),
+            "scrape_error": self.error,
+            "running": r.running if r else None,
+            "waiting": r.waiting if r else None,
+            "kv_cache_usage": _round(r.kv_usage) if r else None,
+            "capacity": self.capacity,
+            "inflight": self.endpoint.outstanding,
+            "speculative_counters": bool(r and r.drafts is not None),
+        }
+        if iv is not None:
+            out["acceptance"] = {
+                "draft_acceptance_rate": _round(iv.rate),
+                "mean_acceptance_length": _round(iv.mean_length),
+                "alpha": _round(iv.alpha),
+                "per_position": [_round(x) for x in iv.per_position],
+                "k": iv.k,
+                "drafts": iv.drafts,
+                "interval_s": _round(iv.seconds),
+            }
+        return out
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+@dataclass
+class Scraper:
+    """Scrapes every endpoint of every pool; the policy reads :attr:`by_endpoint`."""
+
+    client: httpx.AsyncClient
+    pools: Mapping[PoolName, Pool]
+    metrics: Metrics
+    interval_s: float
+    timeout_s: float = 2.0
+    by_endpoint: dict[int, EndpointScrape] = field(default_factory=dict)
+
+    def of(self, endpoint: Endpoint) -> EndpointScrape:
+        state = self.by_endpoint.get(id(endpoint))
+        if state is None or state.endpoint is not endpoint:
+            state = self.by_endpoint[id(endpoint)] = EndpointScrape(endpoint)
+        return state
+
+    def endpoints(self) -> list[Endpoint]:
+        return [e for p in self.pools.values() for e in p.endpoints]
+
+    async def scrape_once(self) -> None:
+        eps = self.endpoints()
+        await asyncio.gather(*(self._scrape(e) for e in eps))
+        live = {id(e) for e in eps}
+        for key in [k for k in self.by_endpoint if k not in live]:
+            del self.by_endpoint[key]
+        self.export()
+
+    async def _scrape(self, ep: Endpoint) -> None:
+        state = self.of(ep)
+        try:
+            resp = await self.client.get(ep.base_url + "/metrics", timeout=self.timeout_s)
+            resp.raise_for_status()
+            reading = parse(resp.text, time.monotonic())
+        except (httpx.HTTPError, ValueError) as e:
+            state.failures += 1
+            state.error = type(e).__name__
+            return
+        pool = self.pools.get(ep.pool)
+        state.update(reading, pool.num_speculative_tokens if pool else None)
+
+    def export(self) -> None:
+        """Refresh the scrape gauges (also called when ``/metrics`` is rendered, for the age)."""
+        m = self.metrics
+        now = time.monotonic()
+        for state in self.by_endpoint.values():
+            ep, r = state.endpoint, state.reading
+            age = state.age(now)
+            if age is not None:
+                m.scrape_age.labels(ep.pool, ep.name).set(age)
+            if r is None:
+                continue
+            if r.running is not None:
+                m.pool_load.labels(ep.pool, ep.name, "running").set(r.running)
+            if r.waiting is not None:
+                m.pool_load.labels(ep.pool, ep.name, "waiting").set(r.waiting)
+            if r.kv_usage is not None:
+                m.kv_cache_usage.labels(ep.pool, ep.name).set(r.kv_usage)
+            if state.last is not None:
+                m.endpoint_acceptance.labels(ep.name).set(state.last.rate)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.scrape_once()
+            except Exception:  # never let one bad page stop the loop
+                log.exception("scrape round failed")
+            await asyncio.sleep(self.interval_s)

@@ -1,0 +1,63 @@
+"""``adaptive`` routing follows the live acceptance of the real speculative server.
+
+The speculative server is restarted on the same port with a draft that never agrees with the target
+(so speculation only costs), then with the same-weights draft (so it pays again); the gateway is not
+told, and must notice from what it measures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+
+import pytest
+
+from .client import PROMPTS, completion, spec_counters, stream
+from .servers import MODEL_NAME, Fleet, VllmServer
+
+pytestmark = pytest.mark.real_vllm
+
+WINDOW = 8  # consecutive exploiting decisions that must agree
+MAX_REQUESTS = 120  # per phase; each is a short greedy completion
+
+
+@pytest.fixture(scope="module")
+def adaptive_gateway(fleet: Fleet, baseline: VllmServer, gateway_factory: Callable[..., str]) -> str:
+    if importlib.util.find_spec("gateway.routing.adaptive") is None:
+        pytest.skip("needs the adaptive strategy (gateway.routing.adaptive)")
+    fleet.ensure("speculative", "draft-other")
+    return gateway_factory("adaptive", exploration_rate=0.2, half_life_s=5.0)
+
+
+def route_until(gateway: str, target: str) -> tuple[list[str], list[str]]:
+    """Send sequential streamed requests until ``WINDOW`` exploiting decisions in a row chose ``target``
+    (or ``MAX_REQUESTS`` were sent); returns (all pools, exploiting pools)."""
+    pools: list[str] = []
+    exploiting: list[str] = []
+    for i in range(MAX_REQUESTS):
+        s = stream(gateway, "/v1/completions", completion(MODEL_NAME, PROMPTS[i % 3]))
+        assert s.status == 200 and s.done
+        pool, reason = s.headers["x-specroute-pool"], s.headers["x-specroute-reason"]
+        pools.append(pool)
+        if "explor" not in reason.lower():
+            exploiting.append(pool)
+        if exploiting[-WINDOW:] == [target] * WINDOW:
+            break
+    return pools, exploiting
+
+
+def test_adaptive_leaves_and_returns_to_speculation(fleet: Fleet, adaptive_gateway: str) -> None:
+    spec = fleet.ensure("speculative", "draft-other")
+    before = spec_counters(spec.url)
+    pools, exploiting = route_until(adaptive_gateway, "baseline")
+    assert exploiting[-WINDOW:] == ["baseline"] * WINDOW, f"still routing to a useless draft: {pools}"
+    after = spec_counters(spec.url)
+    assert before is not None and after is not None
+    tried = after - before
+    # It did measure the speculative server (exploration or initial routing) and saw ~0 acceptance there.
+    assert tried.draft_tokens > 0
+    assert tried.accepted_tokens / tried.draft_tokens < 0.1
+
+    spec = fleet.restart("speculative", "draft-same")
+    pools, exploiting = route_until(adaptive_gateway, "speculative")
+    assert exploiting[-WINDOW:] == ["speculative"] * WINDOW, f"traffic did not come back: {pools}"

@@ -1,0 +1,75 @@
+"""Acceptance arithmetic and reading engine steps out of a stream."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gateway.routing.acceptance import alpha_from_length, expected_length, from_server, from_token_steps
+
+
+def test_expected_length_matches_the_reference_example():
+    assert expected_length(0.8, 7) == pytest.approx(4.16, abs=0.01)
+    assert expected_length(0.27, 7) == pytest.approx(1.37, abs=0.01)
+    assert expected_length(0.0, 7) == 1.0
+    assert expected_length(1.0, 7) == 8.0
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.27, 0.5, 0.8, 0.95])
+@pytest.mark.parametrize("k", [1, 4, 7, 15])
+def test_alpha_inverts_expected_length(alpha, k):
+    assert alpha_from_length(expected_length(alpha, k), k) == pytest.approx(alpha, abs=1e-6)
+
+
+def _steps(alpha: float, k: int, n: int, rng: random.Random) -> list[int]:
+    out = []
+    for _ in range(n):
+        a = 0
+        while a < k and rng.random() < alpha:
+            a += 1
+        out.append(a)
+    return out
+
+
+def test_stream_steps_recover_alpha():
+    rng = random.Random(3)
+    accepted = _steps(0.7, 7, 4000, rng)
+    tokens = [1] + [a + 1 for a in accepted]
+    m = from_token_steps(tokens, 7)
+    assert m is not None and m.source == "stream"
+    assert m.alpha == pytest.approx(0.7, abs=0.02)
+
+
+def test_prefill_chunk_is_not_a_step_and_last_short_chunk_is_censored():
+    m = from_token_steps([1, 8, 3, 8, 2], 7)
+    assert m is not None
+    assert (m.steps, m.accepted) == (3, 7 + 2 + 7)  # the final 2 tokens were cut short: dropped
+    full_last = from_token_steps([1, 3, 8], 7)
+    assert full_last is not None and (full_last.steps, full_last.accepted) == (2, 2 + 7)
+
+
+def test_merged_prefill_and_oversized_chunks_are_split():
+    m = from_token_steps([3, 20, 8], 7)  # prefill + a 2-token step; 20 tokens = at least 3 steps
+    assert m is not None
+    assert (m.steps, m.accepted) == (1 + 3 + 1, 1 + 17 + 7)
+
+
+def test_too_little_to_measure():
+    assert from_token_steps([1], 7) is None
+    assert from_token_steps([1, 3], 7) is None  # only the censored last step
+    assert from_token_steps([1, 8, 8], None) is None
+
+
+def test_server_summary_preferred_fields():
+    m = from_server(
+        {
+            "num_spec_steps": 10,
+            "num_draft_tokens": 70,
+            "num_accepted_draft_tokens": 35,
+            "mean_acceptance_length": 4.5,
+        },
+        None,
+    )
+    assert m is not None and m.k == 7 and m.rate == pytest.approx(0.5) and m.mean_length == pytest.approx(4.5)
+    assert from_server({"num_spec_steps": 0, "num_accepted_draft_tokens": 0}, 7) is None

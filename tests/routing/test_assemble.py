@@ -1,0 +1,62 @@
+"""Non-streamed bodies assembled from a stream equal what vLLM returns non-streamed (real captures)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gateway.upstream.assemble import assemble, can_assemble, stream_body
+
+MODES = ["nospec", "ngram", "draftsame", "draftother"]
+
+
+def _events(raw: bytes) -> list[dict]:
+    return [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: ") and e[6:] != b"[DONE]"]
+
+
+def _same(assembled: dict, expected: dict, skip: tuple[str, ...] = ()) -> None:
+    a, e = dict(assembled), dict(expected)
+    for key in ("id", "created", *skip):
+        a.pop(key)
+        e.pop(key)
+    assert a == e
+    assert list(a) == list(e)  # vLLM's field order too
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_completion_from_greedy_stream(vllm_fixture, mode):
+    expected = orjson.loads(vllm_fixture(f"{mode}_completion.json"))
+    plain = assemble(_events(vllm_fixture(f"{mode}_completion_stream_greedy.sse")), "completions")
+    _same(plain, expected, skip=("usage",))  # that capture was streamed without usage
+    with_ids = _events(vllm_fixture(f"{mode}_completion_stream_greedy_tokenids.sse"))
+    usage = assemble(with_ids, "completions")["usage"]
+    assert usage == expected["usage"]
+
+
+def test_completion_with_continuous_usage(vllm_fixture):
+    expected = orjson.loads(vllm_fixture("nospec_completion.json"))
+    _same(
+        assemble(_events(vllm_fixture("nospec_completion_stream_greedy_usage.sse")), "completions"), expected
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_chat_from_stream_with_usage(vllm_fixture, mode):
+    expected = orjson.loads(vllm_fixture(f"{mode}_chat.json"))
+    _same(assemble(_events(vllm_fixture(f"{mode}_chat_stream_usage.sse")), "chat"), expected)
+
+
+def test_what_is_not_assembled():
+    assert can_assemble({"prompt": "x", "max_tokens": 5}, "completions")
+    assert can_assemble({"messages": [], "n": 1}, "chat")
+    for extra in ({"n": 2}, {"logprobs": 1}, {"echo": True}, {"best_of": 2}, {"stream_options": {}}):
+        assert not can_assemble({"prompt": "x", **extra}, "completions")
+    assert not can_assemble({"prompt": ["a", "b"]}, "completions")
+    assert not can_assemble({"messages": [], "tools": [{"type": "function"}]}, "chat")
+    assert not can_assemble({"messages": [], "logprobs": True, "top_logprobs": 2}, "chat")
+    body = orjson.loads(stream_body({"prompt": "x", "stream": False}))
+    assert body["stream"] is True and body["stream_options"]["continuous_usage_stats"] is True
+
+
+def test_empty_stream():
+    assert assemble([], "chat") is None

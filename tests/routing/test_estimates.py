@@ -1,0 +1,87 @@
+"""Live alpha estimates: prior from the classifier, correction by measurements, decay, change detection."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gateway.routing.estimates import FULL_TRIALS, PRIOR_OPEN, PRIOR_STRUCTURED, AlphaEstimates
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_prior_follows_the_classifier_probability():
+    est = AlphaEstimates(60.0, Clock())
+    assert est.alpha("code", "structured", 1.0) == pytest.approx(PRIOR_STRUCTURED)
+    assert est.alpha("qa", "open-ended", 0.0) == pytest.approx(PRIOR_OPEN)
+    assert PRIOR_OPEN < est.alpha("qa", "open-ended", 0.5) < PRIOR_STRUCTURED
+
+
+def test_measurements_override_the_prior():
+    clock = Clock()
+    est = AlphaEstimates(60.0, clock)
+    rng = random.Random(1)
+    for _ in range(20):
+        clock.t += 1
+        est.observe("qa", "structured", 0.9, 0.3 + rng.uniform(-0.05, 0.05), FULL_TRIALS)
+    assert est.alpha("qa", "structured", 0.9) == pytest.approx(0.3, abs=0.05)
+    # another kind shares only the regression prior, which has moved towards what was measured
+    assert est.alpha("code", "structured", 0.9) < PRIOR_STRUCTURED
+
+
+def test_evidence_halves_every_half_life_and_returns_to_the_prior():
+    clock = Clock()
+    est = AlphaEstimates(10.0, clock)
+    for _ in range(5):
+        est.observe("qa", "open-ended", 0.0, 0.6, FULL_TRIALS)
+    w0 = est.kinds[("qa", "open-ended")].weight
+    clock.t += 10.0
+    est.alpha("qa", "open-ended", 0.0)
+    assert est.kinds[("qa", "open-ended")].weight == pytest.approx(w0 / 2)
+    near = est.alpha("qa", "open-ended", 0.0)
+    clock.t += 200.0
+    far = est.alpha("qa", "open-ended", 0.0)
+    assert far < near
+    assert far == pytest.approx(est.prior(0.0), abs=0.01)
+
+
+def test_short_requests_weigh_less():
+    clock = Clock()
+    est = AlphaEstimates(60.0, clock)
+    est.observe("a", "structured", 1.0, 0.2, FULL_TRIALS / 8)
+    est.observe("b", "structured", 1.0, 0.2, FULL_TRIALS)
+    assert est.alpha("a", "structured", 1.0) > est.alpha("b", "structured", 1.0)
+
+
+def test_a_sustained_change_is_detected_before_the_half_life():
+    clock = Clock()
+    est = AlphaEstimates(60.0, clock)
+    for _ in range(60):  # a long, stable history at 0.85
+        clock.t += 0.5
+        est.observe("rep", "structured", 1.0, 0.85, FULL_TRIALS)
+    n = 0
+    while est.alpha("rep", "structured", 1.0) > 0.35:
+        clock.t += 0.5
+        est.observe("rep", "structured", 1.0, 0.25, FULL_TRIALS)
+        n += 1
+    assert n <= 6  # without detection, ~60 equal-weight observations would be needed
+    assert est.kinds[("rep", "structured")].changes == 1
+
+
+def test_isolated_outliers_are_not_a_change():
+    clock = Clock()
+    est = AlphaEstimates(60.0, clock)
+    rng = random.Random(2)
+    for i in range(200):
+        clock.t += 0.5
+        alpha = 0.27 if i % 7 == 3 else 0.85 + rng.uniform(-0.03, 0.03)  # misclassified prompts now and then
+        est.observe("rep", "structured", 1.0, alpha, FULL_TRIALS)
+    assert est.kinds[("rep", "structured")].changes == 0
+    assert est.alpha("rep", "structured", 1.0) == pytest.approx(0.85 - (0.85 - 0.27) / 7, abs=0.05)

@@ -1,0 +1,157 @@
+"""The scraper against real vLLM /metrics captures: expected rates come from the files' own numbers."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+import pytest
+
+from gateway.observability import Metrics
+from gateway.upstream.pool import Endpoint, Pool
+from gateway.upstream.scrape import Reading, Scraper, interval, parse
+
+MODES = ["draftsame", "draftother", "ngram"]
+_LINE = re.compile(r"^(vllm:[a-z_]+)\{([^}]*)\} (\S+)$", re.MULTILINE)
+
+
+def _numbers(text: str) -> dict[str, float]:
+    """The series the test needs, read line by line (independently of the scraper's parser)."""
+    out: dict[str, float] = {}
+    for name, labels, value in _LINE.findall(text):
+        if name.endswith("_created"):
+            continue
+        pos = re.search(r'position="(\d+)"', labels)
+        key = f"{name}[{pos.group(1)}]" if pos else name
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("a", "b"), [("before", "under_load"), ("under_load", "after_load")])
+def test_interval_rates_match_the_capture(vllm_fixture, mode, a, b):
+    t0, t1 = (vllm_fixture(f"{mode}_metrics_{x}.txt").decode() for x in (a, b))
+    n0, n1 = _numbers(t0), _numbers(t1)
+    iv = interval(parse(t0, 10.0), parse(t1, 13.0))
+    d = {k: n1[k] - n0.get(k, 0.0) for k in n1}
+    drafts = d["vllm:spec_decode_num_drafts_total"]
+    if drafts == 0:
+        assert iv is None
+        return
+    assert iv is not None
+    accepted = d["vllm:spec_decode_num_accepted_tokens_total"]
+    assert iv.rate == pytest.approx(accepted / d["vllm:spec_decode_num_draft_tokens_total"])
+    assert iv.mean_length == pytest.approx(1 + accepted / drafts)
+    positions = sorted(int(k.split("[")[1][:-1]) for k in d if "[" in k)
+    assert iv.k == len(positions)
+    for i in positions:
+        assert iv.per_position[i] == pytest.approx(
+            d[f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{i}]"] / drafts
+        )
+    assert iv.seconds == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_load_gauges_and_created_samples_ignored(vllm_fixture, mode):
+    text = vllm_fixture(f"{mode}_metrics_under_load.txt").decode()
+    n = _numbers(text)
+    r = parse(text)
+    assert r.running == n["vllm:num_requests_running"]
+    assert r.waiting == n["vllm:num_requests_waiting"]
+    assert r.kv_usage == pytest.approx(n["vllm:kv_cache_usage_perc"])
+    assert r.drafts == n["vllm:spec_decode_num_drafts_total"]  # not the _created timestamp
+
+
+def test_both_cache_usage_names(vllm_fixture):
+    text = vllm_fixture("draftsame_metrics_under_load.txt").decode()
+    old = text.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    assert "kv_cache_usage_perc" not in old
+    assert parse(old).kv_usage == pytest.approx(parse(text).kv_usage)
+    assert parse(old).kv_usage > 0
+
+
+def test_absent_counters_give_no_acceptance(vllm_fixture):
+    a = parse(vllm_fixture("nospec_metrics.txt").decode())
+    b = parse(vllm_fixture("nospec_metrics_under_load.txt").decode())
+    assert b.drafts is None and b.per_pos == ()
+    assert b.running is not None
+    assert interval(a, b) is None
+
+
+def test_all_zero_counters_give_no_acceptance(vllm_fixture):
+    before = parse(vllm_fixture("draftsame_metrics_before.txt").decode())
+    assert before.drafts == 0
+    assert interval(before, before) is None
+
+
+def test_counter_reset_uses_values_since_restart(vllm_fixture):
+    after = parse(vllm_fixture("draftsame_metrics_after_load.txt").decode(), 1.0)
+    under = parse(vllm_fixture("draftsame_metrics_under_load.txt").decode(), 2.0)
+    iv = interval(after, under)  # counters went down: the server restarted in between
+    assert iv is not None
+    assert iv.drafts == under.drafts
+    assert iv.rate == pytest.approx(under.accepted / under.draft_tokens)
+
+
+def test_engines_are_summed(vllm_fixture):
+    text = vllm_fixture("ngram_metrics_under_load.txt").decode()
+    one = parse(text)
+    lines = [ln for ln in text.splitlines() if ln.startswith("vllm:spec_decode") and 'engine="0"' in ln]
+    two = parse(text + "\n".join(ln.replace('engine="0"', 'engine="1"') for ln in lines) + "\n")
+    assert two.drafts == 2 * one.drafts
+    assert two.per_pos == tuple(2 * x for x in one.per_pos)
+
+
+def _scraper(handler) -> tuple[Scraper, list[Endpoint]]:
+    eps = [Endpoint("speculative", "s0", "http://s0"), Endpoint("speculative", "s1", "http://s1")]
+    pools = {"speculative": Pool("speculative", ["m"], eps), "baseline": Pool("baseline", ["m"], [])}
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return Scraper(client, pools, Metrics(), 1.0), eps
+
+
+def test_unreachable_endpoint_is_survived(vllm_fixture):
+    pages = iter([vllm_fixture(f"ngram_metrics_{x}.txt").decode() for x in ("before", "under_load")])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "s1":
+            raise httpx.ConnectError("refused")
+        return httpx.Response(200, text=next(pages))
+
+    scraper, (s0, s1) = _scraper(handler)
+
+    async def go() -> None:
+        await scraper.scrape_once()
+        await scraper.scrape_once()
+
+    asyncio.run(go())
+    ok, down = scraper.of(s0), scraper.of(s1)
+    assert down.reading is None and down.failures == 2 and down.error == "ConnectError"
+    assert ok.last is not None and ok.k == 4
+    snap = ok.snapshot()
+    assert snap["acceptance"]["draft_acceptance_rate"] == pytest.approx(ok.last.rate, abs=1e-4)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for m in scraper.metrics.registry.collect()
+        for s in m.samples
+    }
+    assert (
+        samples[
+            (
+                "specroute_upstream_requests",
+                (("endpoint", "s0"), ("pool", "speculative"), ("state", "running")),
+            )
+        ]
+        == 8
+    )
+    assert ("specroute_endpoint_acceptance_ratio", (("endpoint", "s0"),)) in samples
+
+
+def test_capacity_is_learned_while_queueing():
+    from gateway.upstream.scrape import EndpointScrape
+
+    state = EndpointScrape(Endpoint("speculative", "s0", "http://s0"))
+    state.update(Reading(1.0, running=3, waiting=0), None)
+    assert state.capacity is None
+    state.update(Reading(2.0, running=4, waiting=2), None)
+    assert state.capacity == 4

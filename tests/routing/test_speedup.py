@@ -1,0 +1,51 @@
+"""The speedup model: the reference arithmetic, load effects, and what it learns online."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gateway.routing.acceptance import expected_length
+from gateway.routing.speedup import WARM_UP, SpeedupModel
+
+
+def test_reference_deployment_numbers():
+    m = SpeedupModel(k=7, c=0.05, step_s=0.045, knee=64)
+    assert m.tpot_baseline(1) == pytest.approx(0.045)
+    assert m.tpot_speculative(0.8, 1) == pytest.approx(0.045 * 1.35 / expected_length(0.8, 7))
+    assert m.tpot_speculative(0.8, 1) == pytest.approx(0.0146, abs=0.0005)  # about 15 ms/token
+    assert m.speedup(0.27, 1, 1) == pytest.approx(1.0, abs=0.03)  # no gain for open-ended prose
+
+
+def test_speedup_shrinks_past_the_knee():
+    m = SpeedupModel(k=7, c=0.05, step_s=0.01, knee=32)
+    small, large = m.speedup(0.8, 4, 4), m.speedup(0.8, 32, 32)
+    assert small == pytest.approx(expected_length(0.8, 7) / 1.35)
+    assert large < small / 3
+    assert m.breakeven_alpha(32, 32) > m.breakeven_alpha(1, 1)
+    assert m.speedup(m.breakeven_alpha(1, 1, 1.1), 1, 1) == pytest.approx(1.1, abs=1e-3)
+
+
+def test_learns_step_time_c_and_knee():
+    truth = SpeedupModel(k=7, c=0.12, step_s=0.009, knee=40)
+    m = SpeedupModel(k=7, c=0.05, step_s=0.045, knee=64)
+    rng = random.Random(5)
+    for _ in range(WARM_UP * 10):
+        b = rng.randint(1, 4)
+        m.observe_baseline(truth.tpot_baseline(b) * rng.uniform(0.97, 1.03), b)
+    assert m.step_s == pytest.approx(0.009, rel=0.05)
+    for _ in range(200):
+        b, alpha = rng.randint(1, 4), rng.uniform(0.2, 0.9)
+        m.observe_speculative(truth.tpot_speculative(alpha, b) * rng.uniform(0.97, 1.03), b, alpha)
+    assert m.c == pytest.approx(0.12, abs=0.02)
+    for _ in range(300):
+        b, alpha = rng.randint(10, 16), rng.uniform(0.2, 0.9)
+        m.observe_speculative(truth.tpot_speculative(alpha, b), b, alpha)
+    assert m.knee == pytest.approx(40, rel=0.1)
+
+
+def test_c_waits_for_step_time():
+    m = SpeedupModel(k=7, c=0.05, step_s=0.045)
+    m.observe_speculative(0.003, 1, 0.8)  # far below the configured step: step_s not yet known
+    assert m.c == 0.05
