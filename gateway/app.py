@@ -68,21 +68,26 @@ def build_policy(
     return AdaptivePolicy.build(r.strategy, load_classifier(), r, pools, scraper, metrics)
 
 
-def new_client(settings: Settings) -> httpx.AsyncClient:
-    """The one upstream client: httpx's API over aiohttp's connection pool.
+def new_transport() -> AiohttpTransport:
+    """The one upstream connection pool: aiohttp's, behind httpx's transport interface.
 
     httpx's own pool costs about 1 ms of CPU per request here (it polls every idle connection on
-    each request); the aiohttp transport keeps the httpx API at a fifth of that. No connection cap:
-    long streams must never queue behind each other inside the gateway.
+    each request); aiohttp's costs a fifth of that. No connection cap: long streams must never queue
+    behind each other inside the gateway.
     """
-    t = settings.timeouts
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True),
         auto_decompress=False,
         trust_env=False,
     )
+    return AiohttpTransport(client=session)
+
+
+def new_client(settings: Settings, transport: httpx.AsyncBaseTransport) -> httpx.AsyncClient:
+    """For the gateway's own calls (health, scrapes, models); forwarding uses the transport directly."""
+    t = settings.timeouts
     return httpx.AsyncClient(
-        transport=AiohttpTransport(client=session),
+        transport=transport,
         timeout=httpx.Timeout(connect=t.connect_s, read=None, write=t.connect_s, pool=t.connect_s),
         follow_redirects=False,
         trust_env=False,
@@ -95,13 +100,14 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = new_client(settings)
+        transport = new_transport()
+        client = new_client(settings, transport)
         scraper = Scraper(client, pools, metrics, settings.routing.scrape_interval_s)
         gw = Gateway(
             settings,
             policy or build_policy(settings, pools, scraper, metrics),
             metrics,
-            Upstreams(settings, client, pools, metrics),
+            Upstreams(settings, client, transport, pools, metrics),
             frozenset(settings.served_models()),
             scraper,
         )

@@ -264,6 +264,9 @@ def configure_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # One line per upstream call would double the log volume of the access log for nothing.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 ACCESS_FIELDS = (

@@ -7,17 +7,17 @@ import logging
 import os
 import time
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from gateway.api.errors import APIError, error_response
 from gateway.api.request import check_key, forced_pool, parse_body, read_body
-from gateway.observability import access_log
+from gateway.observability import access_log, access_record, render
 from gateway.routing.acceptance import Measured, from_server, from_token_steps
 from gateway.routing.policy import Api, Decision, Outcome, RouteRequest
 from gateway.upstream.assemble import assemble, can_assemble, stream_body
@@ -59,62 +59,72 @@ def _decision_headers(decision: Decision, pool: str, request_id: str) -> dict[st
     return headers
 
 
+@dataclass(slots=True)
+class Exchange:
+    """One client request on its way through the gateway."""
+
+    gw: Gateway
+    api: Api
+    started: float
+    request_id: str
+    payload: dict[str, Any] | None = None
+    decision: Decision | None = None
+
+    def headers(self, pool: str) -> dict[str, str]:
+        if self.decision is None:
+            return {"x-request-id": self.request_id}
+        return _decision_headers(self.decision, pool, self.request_id)
+
+
 async def _handle(request: Request, api: Api) -> Response:
     gw = _gateway(request)
-    started = perf_counter()
-    request_id = request.headers.get("x-request-id") or os.urandom(8).hex()
-    decision: Decision | None = None
+    ex = Exchange(gw, api, perf_counter(), request.headers.get("x-request-id") or os.urandom(8).hex())
     try:
         check_key(request, gw.settings.auth.api_keys)
         body = await read_body(request, gw.settings.limits.max_body_bytes)
-        payload = parse_body(body, api, gw.models)
+        payload = ex.payload = parse_body(body, api, gw.models)
         forced = forced_pool(request, gw.settings.routing.allow_pool_override)
-        decision = gw.policy.decide(RouteRequest(payload, api, forced))
+        decision = ex.decision = gw.policy.decide(RouteRequest(payload, api, forced))
         gw.metrics.decisions.labels(gw.policy.strategy.value, decision.pool, decision.reason).inc()
         if decision.predicted_speedup is not None:
             gw.metrics.predicted_speedup.labels(decision.prompt_class).observe(decision.predicted_speedup)
         if decision.explore:
             gw.metrics.exploration.labels(decision.kind).inc()
-        stream = payload.get("stream") is True
         headers = {
             "content-type": "application/json",
             "accept-encoding": "identity",
-            "x-request-id": request_id,
+            "x-request-id": ex.request_id,
         }
         if not gw.settings.auth.api_keys and "authorization" in request.headers:
             headers["authorization"] = request.headers["authorization"]
         meter: StreamMeter | None = None
-        if stream:
+        if payload.get("stream") is True:
             body, wants_usage, wants_continuous = request_usage(payload)
-            meter = StreamMeter(started, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
+            meter = StreamMeter(ex.started, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
         elif decision.pool == "speculative" and can_assemble(payload, api):
             # stream from upstream to measure acceptance; the client still gets one JSON body
             body = stream_body(payload)
-            meter = StreamMeter(started, collect=[])
+            meter = StreamMeter(ex.started, collect=[])
         first_byte = None if meter is not None else gw.settings.timeouts.total_s
         sent = await _unless_disconnected(
             request, gw.upstreams.send(PATHS[api], body, headers, decision.pool, first_byte_s=first_byte)
         )
     except APIError as e:
-        extra = (
-            _decision_headers(decision, decision.pool, request_id)
-            if decision
-            else {"x-request-id": request_id}
-        )
-        _finish(gw, api, decision, None, e.status, started, None, request_id)
-        return error_response(e.status, e.message, e.param, {**e.headers, **extra})
+        _finish(ex, None, e.status)
+        pool = ex.decision.pool if ex.decision else ""
+        return error_response(e.status, e.message, e.param, {**e.headers, **ex.headers(pool)})
 
-    out_headers = _decision_headers(decision, sent.pool, request_id)
+    out_headers = ex.headers(sent.pool)
     if sent.pool != decision.pool:
         gw.metrics.failovers.labels(decision.pool, sent.pool).inc()
     status = sent.response.status_code
     media_type = sent.response.headers.get("content-type", "application/json")
     if meter is not None and status < 300 and meter.collect is not None:
-        return await _assembled(request, gw, api, decision, sent, meter, started, request_id, out_headers)
+        return await _assembled(request, ex, sent, meter, out_headers)
     if meter is not None and status < 300:
 
         def done(s: Sent, failed: int | None) -> None:
-            _finish(gw, api, decision, s, failed or status, started, meter, request_id)
+            _finish(ex, s, failed or status, meter)
 
         return StreamingResponse(
             gw.upstreams.relay(sent, meter, done), status, headers=out_headers, media_type=media_type
@@ -122,63 +132,61 @@ async def _handle(request: Request, api: Api) -> Response:
     try:
         content = await _unless_disconnected(request, gw.upstreams.read_all(sent))
     except APIError as e:
-        _finish(gw, api, decision, sent, e.status, started, None, request_id)
+        _finish(ex, sent, e.status)
         return error_response(e.status, e.message, e.param, out_headers)
-    _finish(gw, api, decision, sent, status, started, None, request_id, content)
+    _finish(ex, sent, status, content=content)
     return Response(content, status, headers=out_headers, media_type=media_type)
 
 
 async def _assembled(
-    request: Request,
-    gw: Gateway,
-    api: Api,
-    decision: Decision,
-    sent: Sent,
-    meter: StreamMeter,
-    started: float,
-    request_id: str,
-    headers: dict[str, str],
+    request: Request, ex: Exchange, sent: Sent, meter: StreamMeter, headers: dict[str, str]
 ) -> Response:
     """Read a stream started for a non-streamed request and answer with the assembled body."""
     failed: list[int | None] = []
 
     async def drain() -> None:
-        async for _ in gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
+        async for _ in ex.gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
             pass
 
     try:
         await _unless_disconnected(request, drain())
     except APIError as e:
-        _finish(gw, api, decision, sent, e.status, started, None, request_id)
+        _finish(ex, sent, e.status)
         return error_response(e.status, e.message, e.param, headers)
     status = failed[0] if failed and failed[0] else 200
-    body = assemble(meter.collect or [], api) if status == 200 and meter.error is None else None
+    body = assemble(meter.collect or [], ex.api) if status == 200 and meter.error is None else None
     if body is None:
         err = meter.error or {}
         code = err.get("code")
         status = code if isinstance(code, int) and 400 <= code < 600 else (status if status != 200 else 502)
-        _finish(gw, api, decision, sent, status, started, None, request_id)
+        _finish(ex, sent, status)
         if meter.error is not None:
             return Response(
                 orjson.dumps({"error": meter.error}), status, headers=headers, media_type="application/json"
             )
         return error_response(status, "upstream stream ended without a complete response", None, headers)
-    _finish(gw, api, decision, sent, status, started, meter, request_id)
+    _finish(ex, sent, status, meter)
     return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Run ``work`` but cancel it (and so the upstream request) if the client goes away."""
-    task = asyncio.ensure_future(work)
+    """Await ``work`` but cancel it (and so the upstream request) if the client goes away.
+
+    One watcher task per request: on a disconnect it cancels the request's own task.
+    """
+    task = asyncio.current_task()
+    assert task is not None
     watch = asyncio.ensure_future(_disconnected(request))
+    watch.add_done_callback(lambda w: None if w.cancelled() else task.cancel())
     try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+        return await work
+    except asyncio.CancelledError:
+        if watch.done() and not watch.cancelled():
+            task.uncancel()
+            raise APIError(499, "client closed the request") from None
+        raise
     finally:
         watch.cancel()
-    if not task.done():
-        task.cancel()
-        raise APIError(499, "client closed the request")
-    return task.result()
 
 
 async def _disconnected(request: Request) -> None:
@@ -211,35 +219,35 @@ def _measure(gw: Gateway, sent: Sent, meter: StreamMeter) -> Measured | None:
     return measured or from_token_steps(meter.token_steps, k)
 
 
+def _prompt(payload: dict[str, Any] | None) -> object | None:
+    if payload is None:
+        return None
+    return payload.get("messages") if "messages" in payload else payload.get("prompt")
+
+
 def _finish(
-    gw: Gateway,
-    api: Api,
-    decision: Decision | None,
+    ex: Exchange,
     sent: Sent | None,
     status: int,
-    started: float,
-    meter: StreamMeter | None,
-    request_id: str,
+    meter: StreamMeter | None = None,
     content: bytes | None = None,
 ) -> None:
     """Observe one finished request: metrics, the policy's feedback, the access log."""
-    end = perf_counter()
-    e2e = end - started
+    gw, decision = ex.gw, ex.decision
+    e2e = perf_counter() - ex.started
     pool = sent.pool if sent else (decision.pool if decision else "none")
     cls = decision.prompt_class if decision else "none"
-    gw.metrics.requests.labels(api, pool, cls, str(status)).inc()
-    ttft = tokens = None
+    gw.metrics.requests.labels(ex.api, pool, cls, str(status)).inc()
+    ttft = tokens = tpot = measured = None
     chunks = 0
     if meter is not None:
         tokens, chunks = meter.completion_tokens, meter.chunks
         if meter.first_token_at is not None:
-            ttft = meter.first_token_at - started
+            ttft = meter.first_token_at - ex.started
     elif content is not None and status < 300:
         usage = _usage_of(content)
         if usage and isinstance(usage.get("completion_tokens"), int):
             tokens = usage["completion_tokens"]
-    tpot = None
-    measured = None
     if decision is not None and sent is not None and status < 300:
         gw.metrics.e2e.labels(pool, cls).observe(e2e)
         if ttft is not None:
@@ -272,26 +280,31 @@ def _finish(
         )
     if gw.settings.logging.access_log:
         access_log(
-            {
-                "ts": round(time.time(), 3),
-                "request_id": request_id,
-                "route": api,
-                "status": status,
-                "pool": pool,
-                "endpoint": sent.endpoint.name if sent else None,
-                "class": cls,
-                "reason": decision.reason if decision else None,
-                "p_structured": round(decision.p_structured, 4) if decision else None,
-                "predicted_speedup": decision.predicted_speedup if decision else None,
-                "ttft_ms": round(ttft * 1000, 2) if ttft is not None else None,
-                "tpot_ms": round(tpot * 1000, 3) if tpot is not None else None,
-                "e2e_ms": round(e2e * 1000, 2),
-                "completion_tokens": tokens,
-                "acceptance": round(measured.rate, 4) if measured else None,
-                "alpha": round(measured.alpha, 4) if measured else None,
-                "spec_steps": measured.steps if measured else None,
-                "acceptance_source": measured.source if measured else None,
-            }
+            access_record(
+                ts=time.time(),
+                request_id=ex.request_id,
+                route=ex.api,
+                status=status,
+                pool=pool,
+                decided_pool=decision.pool if decision else None,
+                endpoint=sent.endpoint.name if sent else None,
+                prompt_class=cls,
+                kind=decision.kind if decision else None,
+                reason=decision.reason if decision else None,
+                explore=decision.explore if decision else False,
+                p_structured=decision.p_structured if decision else None,
+                alpha_hat=decision.alpha if decision else None,
+                predicted_speedup=decision.predicted_speedup if decision else None,
+                acceptance=measured.rate if measured else None,
+                alpha=measured.alpha if measured else None,
+                spec_steps=measured.steps if measured else None,
+                acceptance_source=measured.source if measured else None,
+                ttft_s=ttft,
+                tpot_s=tpot,
+                e2e_s=e2e,
+                completion_tokens=tokens,
+                prompt=_prompt(ex.payload) if gw.settings.logging.log_prompts else None,
+            )
         )
 
 
@@ -343,8 +356,8 @@ async def metrics(request: Request) -> Response:
     for pool in gw.upstreams.pools.values():
         for ep in pool.endpoints:
             gw.metrics.endpoint_up.labels(pool.name, ep.name).set(1.0 if ep.available() else 0.0)
-            gw.metrics.inflight.labels(pool.name, ep.name).set(ep.outstanding)
-    return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    body, content_type = render(gw.metrics)
+    return Response(body, media_type=content_type)
 
 
 async def admin_routing(request: Request) -> Response:

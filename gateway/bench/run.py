@@ -64,7 +64,9 @@ async def measure(
             await loadgen.generate(target, specs, wl)
         bar = _progress(load, desc) if progress else None
         try:
-            return await loadgen.generate(target, specs, load, (lambda r: bar.update()) if bar else None)
+            return await loadgen.generate(
+                target, specs, load, (lambda r: bar.update()) if bar is not None else None
+            )
         finally:
             if bar is not None:
                 bar.close()

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import httpx
+from prometheus_client import Gauge
 
 from gateway.api.errors import APIError, sse_error_event
 from gateway.config import PoolName, Settings
@@ -45,12 +46,34 @@ class Upstreams:
     """The pools, the shared HTTP client and the retry policy."""
 
     def __init__(
-        self, settings: Settings, client: httpx.AsyncClient, pools: dict[PoolName, Pool], metrics: Metrics
+        self,
+        settings: Settings,
+        client: httpx.AsyncClient,
+        transport: httpx.AsyncBaseTransport,
+        pools: dict[PoolName, Pool],
+        metrics: Metrics,
     ):
         self.settings = settings
         self.client = client
+        self.transport = transport
         self.pools = pools
         self.metrics = metrics
+        t = settings.timeouts
+        timeout = {"connect": t.connect_s, "read": None, "write": t.connect_s, "pool": t.connect_s}
+        self._extensions = {"timeout": timeout}
+        self._inflight: dict[Endpoint, Gauge] = {}
+
+    def _busy(self, endpoint: Endpoint, delta: int) -> None:
+        """Count a request in or out of an endpoint, in the balancer and in the shared gauge.
+
+        The gauge moves with every request (not set at scrape time) so that with several workers
+        the summed value is exact.
+        """
+        endpoint.outstanding += delta
+        gauge = self._inflight.get(endpoint)
+        if gauge is None:
+            gauge = self._inflight[endpoint] = self.metrics.inflight.labels(endpoint.pool, endpoint.name)
+        gauge.inc(delta)
 
     def any_available(self) -> bool:
         return any(p.has_available() for p in self.pools.values())
@@ -90,14 +113,16 @@ class Upstreams:
                 if self.settings.retries.backoff_s:
                     await asyncio.sleep(self.settings.retries.backoff_s)
             tried.append(endpoint)
-            request = self.client.build_request(
-                "POST", endpoint.base_url + path, content=body, headers=headers
+            # Straight to the transport: the client layer's cookies, auth and redirect handling cost
+            # CPU on every request and do nothing for a proxy.
+            request = httpx.Request(
+                "POST", endpoint.base_url + path, content=body, headers=headers, extensions=self._extensions
             )
-            endpoint.outstanding += 1
+            self._busy(endpoint, 1)
             response: httpx.Response | None = None
             try:
                 async with asyncio.timeout(first_byte_s):
-                    response = await self.client.send(request, stream=True)
+                    response = await self.transport.handle_async_request(request)
                     chunks = response.aiter_raw()
                     if response.status_code >= 500:
                         await response.aread()
@@ -124,11 +149,11 @@ class Upstreams:
                 kind = "protocol"
                 last_error = APIError(502, f"upstream endpoint {endpoint.name} failed: {type(e).__name__}")
             except BaseException:  # cancelled: the client went away
-                endpoint.outstanding -= 1
+                self._busy(endpoint, -1)
                 if response is not None:
                     await asyncio.shield(response.aclose())
                 raise
-            endpoint.outstanding -= 1
+            self._busy(endpoint, -1)
             if response is not None:
                 await response.aclose()
             self.metrics.upstream_errors.labels(endpoint.pool, endpoint.name, kind).inc()
@@ -181,7 +206,7 @@ class Upstreams:
             failed = 499  # the client went away; closing the upstream response aborts its request
             raise
         finally:
-            sent.endpoint.outstanding -= 1
+            self._busy(sent.endpoint, -1)
             await sent.response.aclose()
             if failed is None:
                 sent.endpoint.record_success()
@@ -205,7 +230,7 @@ class Upstreams:
             sent.endpoint.record_failure(self.settings.health)
             raise APIError(502, f"upstream endpoint {sent.endpoint.name} broke the connection") from None
         finally:
-            sent.endpoint.outstanding -= 1
+            self._busy(sent.endpoint, -1)
             await sent.response.aclose()
         sent.endpoint.record_success()
         return b"".join(parts)

@@ -1,0 +1,45 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SPECROUTE = Path(sys.executable).parent / "specroute"
+
+
+def _run(lines: list[str], *args: str) -> list[str]:
+    out = subprocess.run(
+        [str(SPECROUTE), "classify", *args],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return out.stdout.splitlines()
+
+
+def test_classify_is_one_to_one_with_errors_in_place() -> None:
+    lines = [
+        json.dumps({"prompt": "Write a haiku about spring."}),
+        "{not json",
+        json.dumps({"messages": [{"role": "user", "content": "SELECT the top 5 rows? write the SQL"}]}),
+        json.dumps([1, 2]),
+        "",
+        json.dumps({"model": "m", "prompt": ["a", "b"], "max_tokens": 5}),
+        json.dumps({"temperature": 0.1}),
+    ]
+    out = [json.loads(line) for line in _run(lines)]
+    assert len(out) == len(lines)
+    for i in (1, 3, 4, 6):
+        assert "error" in out[i]
+    for i in (0, 2, 5):
+        rec = out[i]
+        assert rec["label"] in ("structured", "open-ended")
+        assert 0.0 <= rec["p_structured"] <= 1.0
+        assert rec["latency_us"] >= 0.0
+
+
+def test_classify_explain() -> None:
+    out = json.loads(_run([json.dumps({"prompt": "Count from 1 to 20."})], "--explain", "--top", "3")[0])
+    assert len(out["explain"]) == 3
+    assert all(isinstance(name, str) for name, _ in out["explain"])

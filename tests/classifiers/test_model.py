@@ -1,0 +1,129 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from classifiers import Classifier, Prediction, load_default
+from classifiers.kinds import KINDS
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def clf() -> Classifier:
+    return load_default()
+
+
+def _showcase(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / f"showcase-{name}.jsonl").read_text().splitlines() if line]
+
+
+def test_load_default_is_cached(clf: Classifier) -> None:
+    assert load_default() is clf
+
+
+def test_prediction_fields(clf: Classifier) -> None:
+    pred = clf.predict({"prompt": "Write a Python function that reverses a string."})
+    assert isinstance(pred, Prediction)
+    assert 0.0 <= pred.p_structured <= 1.0
+    assert pred.label == ("structured" if pred.p_structured > 0.5 else "open-ended")
+    assert pred.kind in KINDS
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"prompt": None},
+        {"prompt": 12},
+        {"prompt": ""},
+        {"messages": []},
+        {"messages": [{"role": "user"}]},
+        {"messages": [{"role": "user", "content": None}]},
+        {"prompt": "x" * 1_000_000},
+        {"prompt": "\x00\ud800 weird \uffff"},
+        {"prompt": "a", "temperature": float("nan")},
+    ],
+)
+def test_never_raises(clf: Classifier, body: dict) -> None:
+    pred = clf.predict(body)
+    assert 0.0 <= pred.p_structured <= 1.0
+    assert pred.kind in KINDS
+
+
+def test_not_a_mapping_gives_neutral(clf: Classifier) -> None:
+    pred = clf.predict("just a string")  # type: ignore[arg-type]
+    assert pred.p_structured == 0.5
+
+
+def test_huge_prompt_with_instruction_at_the_end(clf: Classifier) -> None:
+    story = "It was a quiet evening in the village and the baker was closing his shop. " * 400
+    summary = clf.predict({"prompt": story + "\n\nSummarise the text above in three bullet points."})
+    poem = clf.predict(
+        {"prompt": story + "\n\nWhat do you think of this? Write me a poem about how it makes you feel."}
+    )
+    assert summary.p_structured > poem.p_structured
+    assert poem.label == "open-ended"
+
+
+def test_request_fields_move_the_probability(clf: Classifier) -> None:
+    base = {"messages": [{"role": "user", "content": "Tell me about the weather in Paris."}]}
+    plain = clf.predict(base).p_structured
+    assert clf.predict({**base, "response_format": {"type": "json_object"}}).p_structured > plain
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    with_tools = clf.predict({**base, "tools": tools})
+    assert with_tools.p_structured > plain and with_tools.kind == "tools"
+    assert (
+        clf.predict({**base, "temperature": 1.8}).p_structured
+        < clf.predict({**base, "temperature": 0.0}).p_structured
+    )
+
+
+def test_non_english(clf: Classifier) -> None:
+    assert clf.predict({"prompt": "用Python写一个快速排序函数。"}).label == "structured"
+    assert clf.predict({"prompt": "给我讲一个关于月亮的童话故事吧。"}).label == "open-ended"
+    pred = clf.predict({"prompt": "Écris un poème sur la mer et le vent d'automne."})
+    assert 0.0 <= pred.p_structured <= 1.0
+
+
+def test_long_chat_ending_in_chit_chat_is_open_ended(clf: Classifier) -> None:
+    msgs = []
+    for i in range(12):
+        msgs.append(
+            {
+                "role": "user",
+                "content": f"Here is version {i}:\n```python\ndef f(x):\n    return x * {i}\n```",
+            }
+        )
+        msgs.append({"role": "assistant", "content": "Looks fine. The function multiplies its input."})
+    msgs.append({"role": "user", "content": "Thanks! Anyway, how was your weekend? Did you do anything fun?"})
+    assert clf.predict({"messages": msgs}).label == "open-ended"
+
+
+def test_explain(clf: Classifier) -> None:
+    body = {"prompt": "Repeat the following line 10 times:\nHello world", "tools": [{"type": "function"}]}
+    top = clf.explain(body, top=5)
+    assert 0 < len(top) <= 5
+    assert all(isinstance(name, str) and isinstance(c, float) for name, c in top)
+    assert [abs(c) for _, c in top] == sorted((abs(c) for _, c in top), reverse=True)
+    assert "request:tools" in dict(clf.explain(body, top=50))
+
+
+def test_save_load_roundtrip(clf: Classifier, tmp_path: Path) -> None:
+    path = tmp_path / "m.json.gz"
+    clf.save(path)
+    again = Classifier.load(path)
+    body = {"prompt": "Convert this CSV to JSON:\na,b\n1,2"}
+    assert again.predict(body) == clf.predict(body)
+
+
+def test_showcase_structured(clf: Classifier) -> None:
+    rows = _showcase("structured")
+    hits = sum(clf.predict(r["body"]).label == "structured" for r in rows)
+    assert hits / len(rows) >= 0.9
+
+
+def test_showcase_open_ended(clf: Classifier) -> None:
+    rows = _showcase("open-ended")
+    hits = sum(clf.predict(r["body"]).label == "open-ended" for r in rows)
+    assert hits / len(rows) >= 0.98
