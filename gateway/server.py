@@ -13,6 +13,7 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from gateway.config import Settings, load_settings
 from gateway.observability import MULTIPROC_ENV, configure_logging
@@ -20,12 +21,12 @@ from gateway.observability import MULTIPROC_ENV, configure_logging
 CONFIG_ENV = "SPECROUTE_CONFIG_FILE"
 
 
-def app_from_env() -> FastAPI:
+def app_from_env() -> ASGIApp:
     """Factory for worker processes: each loads the configuration named in the environment."""
-    from gateway.app import create_app
+    from gateway.app import create_app, fast_path
 
     path = os.environ.get(CONFIG_ENV)
-    return create_app(load_settings(path))
+    return fast_path(create_app(load_settings(path)))
 
 
 @contextmanager
@@ -51,7 +52,7 @@ def shared_metrics_dir() -> Iterator[Path]:
 
 
 def serve(settings: Settings, config_path: Path | None = None) -> None:
-    from gateway.app import create_app
+    from gateway.app import create_app, fast_path
 
     configure_logging(settings.logging.level)
     server = settings.server
@@ -64,6 +65,7 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
         access_log=False,
         timeout_graceful_shutdown=server.shutdown_grace_s,
         server_header=False,
+        proxy_headers=False,
     )
     if server.workers > 1:
         if config_path is None:
@@ -73,7 +75,7 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
             uvicorn.run("gateway.server:app_from_env", factory=True, workers=server.workers, **common)  # type: ignore[arg-type]
     else:
         app = create_app(settings)
-        graceful = DrainingServer(uvicorn.Config(app, **common), app)  # type: ignore[arg-type]
+        graceful = DrainingServer(uvicorn.Config(fast_path(app), **common), app)  # type: ignore[arg-type]
         graceful.run()
         if not graceful.started:
             sys.exit(3)  # uvicorn's start-up failure code
