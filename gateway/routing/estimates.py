@@ -11,7 +11,11 @@ Three layers, each cheap enough for the request path:
    fed (because its kind is routed away) drifts back to the prior and gets re-measured;
 3. a change detector (two-sided CUSUM on the residuals) per key: a sustained jump — a new draft
    model, a traffic shift, acceptance collapsing — replaces the old evidence by the run of new
-   observations at once instead of waiting out the half-life.
+   observations at once instead of waiting out the half-life;
+4. the same detector across all keys: a new draft model moves every kind at once, so when the
+   residuals of all requests together show a sustained shift, every kind's evidence and the prior
+   are rescaled by the ratio the run revealed — kinds that have not been measured since learn
+   the change from the others instead of one by one.
 
 Requests are the units of evidence, not tokens: prompts of one kind differ in alpha, and one long
 request must not outvote many short ones.
@@ -43,9 +47,10 @@ class PriorModel:
     spa: float = 0.0
     a: float = PRIOR_OPEN
     b: float = PRIOR_STRUCTURED - PRIOR_OPEN
+    scale: float = 1.0  # pool-wide factor from the global change detector; the fit sees alpha / scale
 
     def __call__(self, p: float) -> float:
-        return min(0.99, max(0.0, self.a + self.b * p))
+        return min(0.99, max(0.0, self.scale * (self.a + self.b * p)))
 
     def decay(self, factor: float) -> None:
         self.sw *= factor
@@ -116,12 +121,41 @@ class KindEstimate:
         self.last_p = p
 
 
+@dataclass(slots=True)
+class ShiftDetector:
+    """Two-sided CUSUM over every request's residual, for changes that hit all kinds together."""
+
+    changes: int = 0
+    _up: float = 0.0
+    _down: float = 0.0
+    _run: list[tuple[float, float, float]] = field(default_factory=list)  # (measured, expected, weight)
+
+    def add(self, alpha: float, expected: float, w: float) -> float | None:
+        """Record one residual; return the measured/expected ratio when a shift is declared."""
+        r = (alpha - expected) * w
+        self._up = max(0.0, self._up + r - CUSUM_SLACK * w)
+        self._down = max(0.0, self._down - r - CUSUM_SLACK * w)
+        if self._up == 0.0 and self._down == 0.0:
+            self._run.clear()
+            return None
+        self._run.append((alpha, expected, w))
+        if max(self._up, self._down) <= CUSUM_LIMIT:
+            return None
+        measured = sum(a * w for a, _, w in self._run)
+        expected_sum = sum(e * w for _, e, w in self._run)
+        self._up = self._down = 0.0
+        self._run.clear()
+        self.changes += 1
+        return measured / expected_sum if expected_sum > 0 else None
+
+
 @dataclass
 class AlphaEstimates:
     half_life_s: float = 60.0
     clock: Callable[[], float] = time.monotonic
     prior: PriorModel = field(default_factory=PriorModel)
     kinds: dict[tuple[str, str], KindEstimate] = field(default_factory=dict)
+    shift: ShiftDetector = field(default_factory=ShiftDetector)
     _prior_at: float = 0.0
 
     def alpha(self, kind: str, cls: str, p_structured: float) -> float:
@@ -139,10 +173,13 @@ class AlphaEstimates:
         w = min(1.0, trials / FULL_TRIALS)
         if w <= 0:
             return self.alpha(kind, cls, p_structured)
+        ratio = self.shift.add(alpha, self.alpha(kind, cls, p_structured), w)
+        if ratio is not None:
+            self._rescale(ratio)
         if now > self._prior_at:
             self.prior.decay(0.5 ** ((now - self._prior_at) / self.half_life_s))
             self._prior_at = now
-        self.prior.add(p_structured, alpha, w)
+        self.prior.add(p_structured, alpha / self.prior.scale, w)
         est = self.kinds.get((kind, cls))
         if est is None:
             est = self.kinds[(kind, cls)] = KindEstimate(updated=now)
@@ -151,10 +188,24 @@ class AlphaEstimates:
         est.add(alpha, w, prior, p_structured)
         return est.mean(prior)
 
+    def _rescale(self, ratio: float) -> None:
+        """A pool-wide shift: move the prior and every kind's evidence by the ratio it revealed."""
+        self.prior.scale = min(
+            1.0 / max(self.prior.a + self.prior.b, 1e-6), max(0.05, self.prior.scale * ratio)
+        )
+        for est in self.kinds.values():
+            if est.weight > 0:
+                est.total = min(0.99 * est.weight, est.total * ratio)
+
     def snapshot(self) -> dict[str, Any]:
         now = self.clock()
         out: dict[str, Any] = {
-            "prior": {"a": round(self.prior.a, 4), "b": round(self.prior.b, 4)},
+            "prior": {
+                "a": round(self.prior.a, 4),
+                "b": round(self.prior.b, 4),
+                "scale": round(self.prior.scale, 4),
+            },
+            "pool_shifts_detected": self.shift.changes,
             "half_life_s": self.half_life_s,
             "kinds": [],
         }

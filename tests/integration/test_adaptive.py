@@ -260,7 +260,9 @@ def test_share_follows_acceptance_drift(pools, workdir):
     print(f"(predicted gain {predicted_after:.2f}), back {back:.2f}")
     print(f"first structured request routed away {drop_at:.2f}s after the drop; back after {t_back}s")
     assert before >= 0.7, [
-        (r["reason"], r["prompt"][:20]) for r in log if r["t"] < t_drop and r["pool"] == "baseline"
+        (round(r["t"] - t_drop, 2), r["reason"], r["prompt"][:20])
+        for r in log
+        if r["t"] < t_drop and r["pool"] == "baseline" and r["prompt"] in STRUCTURED
     ]
     assert after <= 0.6 * before
     assert predicted_after <= 0.3  # most of what still goes is exploration

@@ -72,7 +72,31 @@ def test_a_sustained_change_is_detected_before_the_half_life():
         est.observe("rep", "structured", 1.0, 0.25, FULL_TRIALS)
         n += 1
     assert n <= 6  # without detection, ~60 equal-weight observations would be needed
-    assert est.kinds[("rep", "structured")].changes == 1
+    assert est.kinds[("rep", "structured")].changes + est.shift.changes == 1
+
+
+def test_a_pool_wide_shift_moves_kinds_not_measured_since():
+    """A new draft model lowers every kind; kinds measured before the change learn it from the others."""
+    clock = Clock()
+    est = AlphaEstimates(60.0, clock)
+    kinds = ["rep", "code", "data", "extract"]
+    for i in range(80):
+        clock.t += 0.25
+        est.observe(kinds[i % 4], "structured", 0.95, 0.8, FULL_TRIALS)
+    before = est.alpha("extract", "structured", 0.95)
+    for _ in range(4):  # the draft gets worse; only "rep" and "code" are measured afterwards
+        for kind in ("rep", "code"):
+            clock.t += 0.25
+            est.observe(kind, "structured", 0.95, 0.24, FULL_TRIALS)
+    after = est.alpha("extract", "structured", 0.95)
+    assert est.shift.changes == 1
+    assert before == pytest.approx(0.8, abs=0.05)
+    assert after < 0.45  # unmeasured since, yet it followed the pool-wide drop
+    for _ in range(4):  # and back when the draft recovers
+        for kind in ("rep", "code"):
+            clock.t += 0.25
+            est.observe(kind, "structured", 0.95, 0.8, FULL_TRIALS)
+    assert est.alpha("extract", "structured", 0.95) > 0.6
 
 
 def test_isolated_outliers_are_not_a_change():
@@ -84,4 +108,5 @@ def test_isolated_outliers_are_not_a_change():
         alpha = 0.27 if i % 7 == 3 else 0.85 + rng.uniform(-0.03, 0.03)  # misclassified prompts now and then
         est.observe("rep", "structured", 1.0, alpha, FULL_TRIALS)
     assert est.kinds[("rep", "structured")].changes == 0
+    assert est.shift.changes == 0
     assert est.alpha("rep", "structured", 1.0) == pytest.approx(0.85 - (0.85 - 0.27) / 7, abs=0.05)
