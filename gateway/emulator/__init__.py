@@ -1,1 +1,1 @@
-"""vLLM-compatible speculative-decoding emulator (``specroute emulate``); see README.md here."""
+"""vLLM-compatible speculative-decoding emulator (``specroute emulate``); see the README."""

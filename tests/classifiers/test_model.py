@@ -14,10 +14,6 @@ def clf() -> Classifier:
     return load_default()
 
 
-def _showcase(name: str) -> list[dict]:
-    return [json.loads(line) for line in (DATA / f"showcase-{name}.jsonl").read_text().splitlines() if line]
-
-
 def test_load_default_is_cached(clf: Classifier) -> None:
     assert load_default() is clf
 
@@ -117,13 +113,17 @@ def test_save_load_roundtrip(clf: Classifier, tmp_path: Path) -> None:
     assert again.predict(body) == clf.predict(body)
 
 
-def test_showcase_structured(clf: Classifier) -> None:
-    rows = _showcase("structured")
-    hits = sum(clf.predict(r["body"]).label == "structured" for r in rows)
-    assert hits / len(rows) >= 0.9
-
-
-def test_showcase_open_ended(clf: Classifier) -> None:
-    rows = _showcase("open-ended")
-    hits = sum(clf.predict(r["body"]).label == "open-ended" for r in rows)
-    assert hits / len(rows) >= 0.98
+@pytest.mark.parametrize(
+    "name",
+    [
+        "showcase-structured",
+        "showcase-open-ended",
+        "showcase_holdout_structured",
+        "showcase_holdout_open-ended",
+    ],
+)
+def test_showcase(clf: Classifier, name: str) -> None:
+    rows = [json.loads(line) for line in (DATA / f"{name}.jsonl").read_text().splitlines() if line]
+    assert len(rows) >= 55 and all(r["label"] == rows[0]["label"] for r in rows)
+    hits = sum(clf.predict(r["body"]).label == r["label"] for r in rows)
+    assert hits / len(rows) >= 0.98, f"{name}: {hits}/{len(rows)}"

@@ -66,3 +66,15 @@ def test_repository_data_is_commercial_only() -> None:
 def test_metrics() -> None:
     m = metrics([1, 1, 0, 0], [0.9, 0.4, 0.2, 0.6])
     assert m.balanced_accuracy == 0.5 and m.auc == 0.75
+
+
+def test_loso_keeps_own_prompts_in_training_and_scores_them_apart() -> None:
+    from classifiers.evaluate import leave_one_source_out
+
+    rows = _rows()
+    res = leave_one_source_out(rows, Options(calibrate=False, min_df=1), log=lambda _: None)
+    assert set(res.per_source) == {"src0", "src1"}
+    assert all(r.source != OWN_SOURCE for r in res.rows)
+    own = res.pinned[OWN_SOURCE]
+    assert len(own.rows) == sum(r.source == OWN_SOURCE for r in rows)
+    assert 0.0 <= own.binary().balanced_accuracy <= 1.0

@@ -1,0 +1,268 @@
+# ruff: noqa: RUF001 -- Chinese text uses full-width punctuation on purpose
+"""Features of a prompt: word n-grams in a few positional namespaces plus structural cues.
+
+Everything here runs per request on the gateway's hot path, so it is built from C-speed pieces (regexes,
+``str`` methods, set operations) and reads at most a head and a tail window of long prompts: the
+instruction that decides the shape of the reply sits at the start or at the end, rarely in the middle of
+a pasted document. Training uses exactly the same code, so what the model learns is what it sees live.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from classifiers.request import RequestView
+
+HEAD, TAIL = 500, 1000  # scanned window of the main text
+TAIL_NS = 320  # the "instruction" windows: last and first characters of the main text
+HEAD_NS = 240
+CONTEXT_WINDOW = 600  # head and tail of the chat context
+CJK_MAX = 800
+
+_CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKEN = re.compile(rf"[^\W\d_{_CJK_RANGES}]+|\d+|[^\w\s]")
+_CJK = re.compile(rf"[{_CJK_RANGES}]+")
+_NUMSEQ = re.compile(r"\d+(?:\.\d+)?(?:\s*[,;]\s*-?\d+(?:\.\d+)?){3,}")
+_KV_LINE = re.compile(r"^\s*[-\w.\[\]]{1,40}\s*[:=]\s*\S", re.MULTILINE)
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,3}[.)])\s+\S", re.MULTILINE)
+_SPEAKER = re.compile(
+    r"^\s*(?:human|user|assistant|system|ai|bot|customer|agent|me|you|q|a|用户|助手)\s*[:：]",
+    re.IGNORECASE | re.MULTILINE,
+)
+_SYMBOLS = "{}[]();=<>|$\\`"
+
+
+def _lex(words: str) -> frozenset[str]:
+    """A cue lexicon: unigrams, bigrams ("a b") and CJK words, matched against the instruction windows."""
+    return frozenset(w.strip() for w in words.split(",") if w.strip())
+
+
+_NUMBERS = [
+    "#",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "twelve",
+    "fifteen",
+    "twenty",
+    "thirty",
+    "fifty",
+    "hundred",
+]
+CODE_KEYWORDS = _lex(
+    "def, return, function, class, import, select, from, where, public, void, int, const, let, var, printf, "
+    "elif, lambda, struct, fn, func, async, await, echo, grep, sudo, npm, pip, null, true, false, none, "
+    "= >, - >, : :, = =, ! =, & &, | |, # include"
+)
+# instruction cues
+CUES: dict[str, frozenset[str]] = {
+    "repeat": _lex(
+        "repeat, copy, duplicate, verbatim, word for, continue the, continue this, next five, next ten, "
+        "next #, "
+        "count from, count up, count down, sequence, series, echo, retype, reproduce, exactly, verbatim, "
+        "again, as written, as is, unchanged, same order, type out, write out, word by, character for, "
+        "copies, repetition, repeated, over and, "
+        + ", ".join(f"{n} {u}" for n in _NUMBERS for u in ("times", "copies", "repetitions"))
+        + ", 重复, 复制, 抄写, 照抄, 数列, 遍"
+    ),
+    "code": _lex(
+        "code, function, python, javascript, typescript, java, c +, c #, rust, golang, sql, query, regex, "
+        "regular expression, bash, shell, script, command, html, css, class, method, compile, bug, refactor, "
+        "unit test, program, implement, snippet, api, 代码, 函数, 程序, 脚本, 正则"
+    ),
+    "format": _lex(
+        "json, yaml, yml, csv, xml, toml, ini, markdown, table, config, configuration, dockerfile, template, "
+        "fill in, form, schema, format, fields, columns, 表格, 模板, 配置, 格式"
+    ),
+    "extract": _lex(
+        "extract, pull out, find all, list all, identify the, based on, according to, from the, "
+        "answer the, context, passage, the text, the article, the document, the following, 提取, 抽取, 根据"
+    ),
+    "rewrite": _lex(
+        "summarize, summarise, summary, tl, tldr, rewrite, rephrase, paraphrase, proofread, correct, "
+        "shorten, simplify, translate, edit, polish, condense, convert, key points, "
+        "总结, 摘要, 概括, 改写, 润色, 翻译"
+    ),
+    "config": _lex(
+        "docker, compose, dockerfile, kubernetes, k8s, helm, manifest, nginx, apache, yaml, yml, toml, ini, "
+        "env, properties, settings, crontab, cron, systemd, pipeline, workflow, ci, terraform, ansible, "
+        "tsconfig, package . json, pyproject, gitignore, editorconfig, eslint, prettier, webpack, config, "
+        "configuration, . conf, playbook, values . yaml, 配置"
+    ),
+    "numbers": _lex(
+        "numbers, number, digits, odd, even, multiples, powers, squares, primes, fibonacci, triangular, "
+        "terms, "
+        "next #, up to, from #, to #, through, comma separated, numbered, count, sequence, series, one "
+        "through, "
+        "# through, integers, 数列, 数字"
+    ),
+    "template": _lex(
+        "template, format, structure, headings, sections, fields, fill, fill in, placeholder, card, form, "
+        "report, checklist, minutes, invoice, table, columns, rows, entry, entries, each of, for each, "
+        "模板, 格式"
+    ),
+    "math": _lex("how many, how much, calculate, solve, equation, sum of, percent, total, 多少, 计算"),
+    "creative": _lex(
+        "story, poem, poetry, song, lyrics, haiku, novel, fiction, imagine, character, essay, limerick, "
+        "fairy tale, screenplay, joke, creative, myth, 故事, 诗, 小说, 歌词"
+    ),
+    "opinion": _lex(
+        "you think, your opinion, your view, your take, your favorite, your favourite, do you, should i, "
+        "advice, tips, ideas, suggest, recommend, how can, what would, why do, why is, why are, feel, "
+        "meaning of, brainstorm, help me, opinion, 你觉得, 你认为, 看待, 建议, 感想, 怎么"
+    ),
+    "role": _lex(
+        "pretend, act as, you are, role -, role play, roleplay, in character, imagine you, let ', play a, "
+        "persona, 扮演, 假设"
+    ),
+    "chat": _lex("hi, hello, hey, good morning, thanks, thank you, lol, ugh, guess what, 你好, 聊聊, 聊天"),
+}
+
+
+@dataclass(slots=True)
+class Features:
+    """Sparse parts are namespaced sets of strings; dense cues are floats roughly in [0, 1]."""
+
+    words: set[str]  # unigrams and bigrams of the scanned main text
+    tail: set[str]  # unigrams and bigrams of the last TAIL_NS characters
+    first: set[str]  # first word and first two words
+    cjk: set[str]  # CJK character unigrams and bigrams
+    context: set[str]  # unigrams of system prompt and earlier turns
+    dense: dict[str, float]
+
+
+NAMESPACES = ("w", "t", "f", "c", "x")
+
+
+def window(text: str) -> str:
+    if len(text) <= HEAD + TAIL:
+        return text
+    return text[:HEAD] + "\n" + text[-TAIL:]
+
+
+def _ngrams(tokens: list[str]) -> set[str]:
+    grams = set(tokens)
+    grams.update(map(" ".join, itertools.pairwise(tokens)))
+    return grams
+
+
+def _tokens(text: str) -> list[str]:
+    return ["#" if t.isdigit() else t for t in _TOKEN.findall(text)]
+
+
+def _cjk_grams(text: str) -> set[str]:
+    grams: set[str] = set()
+    budget = CJK_MAX
+    for run in _CJK.findall(text):
+        run = run[:budget]
+        grams.update(run)
+        grams.update(map("".join, itertools.pairwise(run)))
+        budget -= len(run)
+        if budget <= 0:
+            break
+    return grams
+
+
+def _log(x: float, scale: float) -> float:
+    return math.log1p(x) / scale
+
+
+def _dense(
+    text: str, scanned: str, tokens: list[str], words: set[str], cue_grams: set[str], view: RequestView
+) -> dict[str, float]:
+    n = max(len(scanned), 1)
+    lines = [ln for ln in map(str.strip, scanned.split("\n")) if ln]
+    nl = max(len(lines), 1)
+    counts = Counter(lines)
+    max_rep = max(counts.values(), default=0)
+    head = scanned[:600]
+    symbols = sum(scanned.count(c) for c in _SYMBOLS)
+    tabular = sum(1 for ln in lines if ln.count(",") >= 2 or ln.count("|") >= 2 or ln.count("\t") >= 2)
+    stripped = text.rstrip()
+    instruction = text[:HEAD_NS] + "\n" + text[-TAIL_NS:]
+    out = {
+        "len": _log(len(text), 9.0),
+        "lines": _log(len(lines), 5.0),
+        "dup_lines": (len(lines) - len(counts)) / nl,
+        "max_rep": _log(max_rep - 1, 3.0) if max_rep > 1 else 0.0,
+        "fence": 1.0 if "```" in scanned else 0.0,
+        "symbols": min(1.0, 12.0 * symbols / n),
+        "indent": (scanned.count("\n    ") + scanned.count("\n\t")) / nl,
+        "json_keys": _log(scanned.count('":') + scanned.count("':"), 3.0),
+        "kv_lines": len(_KV_LINE.findall(scanned)) / nl,
+        "bullets": len(_BULLET.findall(scanned)) / nl,
+        "tabular": tabular / nl,
+        "digits": min(1.0, 3.0 * tokens.count("#") / max(len(tokens), 1)),
+        "numseq": 1.0 if _NUMSEQ.search(instruction) else 0.0,
+        "code_kw": _log(len(words & CODE_KEYWORDS), 2.5),
+        "question_end": 1.0 if stripped.endswith(("?", "？")) else 0.0,
+        "questions": _log(scanned.count("?") + scanned.count("？"), 2.5),
+        "speakers": _log(len(_SPEAKER.findall(scanned)), 2.5),
+        "paragraphs": _log(scanned.count("\n\n"), 3.0),
+        "non_ascii": min(1.0, (len(head.encode()) - len(head)) / (2 * max(len(head), 1))),
+        "turns": _log(view.turns - 1, 3.0),
+        "system": 1.0 if view.has_system else 0.0,
+        "context_len": _log(len(view.context), 9.0),
+        "empty": 1.0 if not stripped else 0.0,
+    }
+    for name, lex in CUES.items():
+        out[f"cue_{name}"] = 1.0 if not cue_grams.isdisjoint(lex) else 0.0
+    return out
+
+
+def extract(view: RequestView) -> Features:
+    text = view.text
+    scanned = window(text)
+    low = scanned.lower()
+    tokens = _tokens(low)
+    words = _ngrams(tokens)
+    tail_text = text[-TAIL_NS:]
+    head_text = text[:HEAD_NS]
+    tail = _ngrams(_tokens(tail_text.lower()))
+    first_words = [t for t in tokens[:6] if t.isalpha()][:2]
+    first = set(first_words[:1])
+    if len(first_words) == 2:
+        first.add(" ".join(first_words))
+    has_cjk = bool(scanned) and max(scanned) >= "\u3040"
+    cjk = _cjk_grams(scanned) if has_cjk else set()
+    cue_grams = tail | _ngrams(_tokens(head_text.lower()))
+    if has_cjk:
+        cue_grams |= _cjk_grams(head_text + "\n" + tail_text)
+    ctx = view.context
+    if len(ctx) > 2 * CONTEXT_WINDOW:
+        ctx = ctx[:CONTEXT_WINDOW] + "\n" + ctx[-CONTEXT_WINDOW:]
+    context = set(_tokens(ctx.lower()))
+    if ctx and max(ctx) >= "\u3040":
+        context |= _cjk_grams(ctx)
+    return Features(
+        words=words,
+        tail=tail,
+        first=first,
+        cjk=cjk,
+        context=context,
+        dense=_dense(text, scanned, tokens, words, cue_grams, view),
+    )
+
+
+def as_dict(f: Features) -> dict[str, float]:
+    """Flat feature dict for training: each namespace scaled to unit length, dense cues as they are."""
+    out: dict[str, float] = {}
+    for ns, grams in zip(NAMESPACES, (f.words, f.tail, f.first, f.cjk, f.context), strict=True):
+        if grams:
+            v = 1.0 / math.sqrt(len(grams))
+            for g in grams:
+                out[f"{ns}:{g}"] = v
+    for k, v in f.dense.items():
+        if v:
+            out[f"d:{k}"] = v
+    return out

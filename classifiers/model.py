@@ -1,0 +1,167 @@
+"""The shipped classifier: a linear model over ``features`` with its calibration folded into the weights.
+
+Inference is plain Python over dicts and sets (no scikit-learn, no numpy) because a single scikit-learn
+call costs more than the whole per-request budget. The artefact is gzipped JSON: feature -> weight.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from classifiers.features import NAMESPACES, Features, extract
+from classifiers.kinds import kind_of
+from classifiers.request import RequestView, view
+
+MODEL_FILE = Path(__file__).parent / "model" / "model.json.gz"
+FORMAT_VERSION = 1
+
+Label = Literal["structured", "open-ended"]
+
+# Request fields the prompt corpus cannot teach (every training row is a bare prompt): their effect is a
+# fixed shift of the log-odds, sized by what they do to draft acceptance.
+CONSTRAINED_SHIFT = 4.0  # JSON schema / regex / grammar: output is dictated by the constraint
+TOOLS_SHIFT = 3.0  # the reply is likely a function call with JSON arguments
+STOP_SHIFT = 0.3  # stop sequences at code or line ends go with templated output
+TEMPERATURE_SLOPE = 1.2  # acceptance falls as temperature rises; 0.8 is neutral
+SHORT_OUTPUT_SHIFT = -0.3  # a handful of tokens leaves little for the draft model to win
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    p_structured: float
+    label: Label
+    kind: str
+
+
+NEUTRAL = Prediction(0.5, "open-ended", "qa")
+
+
+def _sigmoid(z: float) -> float:
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+def request_shift(v: RequestView) -> dict[str, float]:
+    """Log-odds shifts from request fields, by name (for ``explain``)."""
+    out: dict[str, float] = {}
+    if v.constrained:
+        out["request:constrained"] = CONSTRAINED_SHIFT * v.constrained
+    if v.tools:
+        out["request:tools"] = TOOLS_SHIFT
+    if v.stop_structured:
+        out["request:stop"] = STOP_SHIFT
+    if v.temperature is not None:
+        out["request:temperature"] = max(-1.5, min(1.0, -TEMPERATURE_SLOPE * (v.temperature - 0.8)))
+    if v.max_tokens is not None and 0 < v.max_tokens < 32:
+        out["request:max_tokens"] = SHORT_OUTPUT_SHIFT
+    return out
+
+
+@dataclass(slots=True)
+class Classifier:
+    bias: float
+    sparse: dict[str, dict[str, float]]  # namespace -> gram -> weight
+    dense: dict[str, float]
+    threshold: float = 0.5
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def _parts(self, f: Features) -> list[tuple[str, set[str], dict[str, float]]]:
+        grams = (f.words, f.tail, f.first, f.cjk, f.context)
+        return [(ns, g, self.sparse.get(ns, {})) for ns, g in zip(NAMESPACES, grams, strict=True)]
+
+    def score(self, f: Features) -> float:
+        """Calibrated log-odds of the prompt alone."""
+        z = self.bias
+        for _, grams, table in self._parts(f):
+            if grams:
+                # map/filter run in C: misses give None and drop out
+                z += sum(filter(None, map(table.get, grams))) / math.sqrt(len(grams))
+        dense = self.dense
+        for k, v in f.dense.items():
+            if v:
+                z += dense.get(k, 0.0) * v
+        return z
+
+    def predict(self, body: Mapping[str, Any]) -> Prediction:
+        """Never raises: anything unreadable gives the neutral prediction."""
+        try:
+            v = view(body)
+            if not v.text.strip() and not v.context.strip():
+                z = sum(request_shift(v).values())
+                kind = "tools" if v.tools else "data-format" if v.constrained else "qa"
+                return self._prediction(z, kind)
+            f = extract(v)
+            z = self.score(f) + sum(request_shift(v).values())
+            return self._prediction(z, kind_of(v, f))
+        except Exception:
+            return NEUTRAL
+
+    def _prediction(self, z: float, kind: str) -> Prediction:
+        p = _sigmoid(z)
+        return Prediction(p, "structured" if p > self.threshold else "open-ended", kind)
+
+    def explain(self, body: Mapping[str, Any], top: int = 10) -> list[tuple[str, float]]:
+        """The largest contributions to the log-odds, signed (positive pushes towards structured)."""
+        try:
+            v = view(body)
+            f = extract(v)
+        except Exception:
+            return []
+        contrib: dict[str, float] = dict(request_shift(v))
+        for ns, grams, table in self._parts(f):
+            if grams:
+                scale = 1.0 / math.sqrt(len(grams))
+                for g in table.keys() & grams:
+                    contrib[f"{ns}:{g}"] = table[g] * scale
+        for k, x in f.dense.items():
+            w = self.dense.get(k, 0.0)
+            if x and w:
+                contrib[f"d:{k}"] = w * x
+        ranked = sorted(contrib.items(), key=lambda kv: -abs(kv[1]))
+        return [(k, round(c, 4)) for k, c in ranked[: max(top, 0)]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_VERSION,
+            "bias": self.bias,
+            "threshold": self.threshold,
+            "dense": self.dense,
+            "sparse": self.sparse,
+            "meta": self.meta,
+        }
+
+    def save(self, path: Path = MODEL_FILE) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        raw = json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        # mtime=0 keeps the file byte-identical across retrains with the same data
+        with open(path, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+            gz.write(raw.encode("utf-8"))
+
+    @classmethod
+    def load(cls, path: Path = MODEL_FILE) -> Classifier:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            d = json.load(fh)
+        if d.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{path}: unsupported model format {d.get('format')!r}")
+        return cls(
+            bias=float(d["bias"]),
+            sparse={ns: {k: float(w) for k, w in t.items()} for ns, t in d["sparse"].items()},
+            dense={k: float(w) for k, w in d["dense"].items()},
+            threshold=float(d.get("threshold", 0.5)),
+            meta=dict(d.get("meta", {})),
+        )
+
+
+@lru_cache(maxsize=1)
+def load_default() -> Classifier:
+    """The artefact shipped in the package, loaded once per process."""
+    return Classifier.load(MODEL_FILE)

@@ -1,0 +1,127 @@
+"""Turn an OpenAI completions or chat request body into the texts and fields the classifier reads.
+
+The last user turn decides what the reply will look like, so it is kept apart from the context (system
+prompt and earlier turns). Request fields that constrain the output (JSON mode, guided decoding, tools)
+and sampling settings are read here too; none of this may raise on malformed input.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_CHARS = 200_000  # never look beyond this much text of any one field
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    text: str  # the text whose reply is predicted: completions prompt or last user turn
+    context: str  # system prompt and earlier turns, joined
+    turns: int  # number of chat messages (1 for a completions prompt)
+    has_system: bool
+    constrained: float  # 1 for JSON schema / regex / grammar constraints, 0.5 for json_object / choice
+    tools: bool
+    temperature: float | None
+    stop_structured: bool  # stop sequences that end code or lines
+    max_tokens: int | None
+
+
+def _content_text(content: Any) -> str:
+    """Message content may be a string or a list of parts ({"type": "text", "text": ...})."""
+    if isinstance(content, str):
+        return content[:MAX_CHARS]
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content[:64]:
+            if isinstance(part, str):
+                parts.append(part[:MAX_CHARS])
+            elif isinstance(part, Mapping):
+                text = part.get("text")
+                if isinstance(text, str):
+                    parts.append(text[:MAX_CHARS])
+        return "\n".join(parts)
+    return ""
+
+
+def _prompt_text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt[:MAX_CHARS]
+    if isinstance(prompt, list):
+        # a batch of prompts (or token ids): the first string stands for the batch
+        for item in prompt:
+            if isinstance(item, str):
+                return item[:MAX_CHARS]
+    return ""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _constraint(body: Mapping[str, Any]) -> float:
+    for key in ("guided_json", "guided_regex", "guided_grammar", "structured_outputs"):
+        if body.get(key):
+            return 1.0
+    if body.get("guided_choice"):
+        return 0.5
+    rf = body.get("response_format")
+    if isinstance(rf, Mapping):
+        kind = rf.get("type")
+        if kind == "json_schema":
+            return 1.0
+        if kind == "json_object":
+            return 0.75
+    return 0.0
+
+
+def _stop_structured(stop: Any) -> bool:
+    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    return any(
+        isinstance(s, str) and ("```" in s or "\n" in s or s.strip() in {";", "}", "</"}) for s in stops
+    )
+
+
+def view(body: Mapping[str, Any]) -> RequestView:
+    """Read a request body; unknown shapes give an empty view rather than an error."""
+    text, context, turns, has_system = "", "", 1, False
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages:
+        msgs = [m for m in messages[-200:] if isinstance(m, Mapping)]
+        turns = len(msgs)
+        last_user = -1
+        for i in range(len(msgs) - 1, -1, -1):
+            if msgs[i].get("role") == "user":
+                last_user = i
+                break
+        if last_user < 0 and msgs:
+            last_user = len(msgs) - 1
+        earlier: list[str] = []
+        for i, m in enumerate(msgs):
+            content = _content_text(m.get("content"))
+            if i == last_user:
+                text = content
+            elif content:
+                if m.get("role") in ("system", "developer"):
+                    has_system = True
+                earlier.append(content)
+        context = "\n".join(earlier)[-MAX_CHARS:]
+    else:
+        text = _prompt_text(body.get("prompt"))
+    tools = body.get("tools") or body.get("functions")
+    tool_choice = body.get("tool_choice")
+    max_tokens = _number(body.get("max_tokens", body.get("max_completion_tokens")))
+    return RequestView(
+        text=text,
+        context=context,
+        turns=turns,
+        has_system=has_system,
+        constrained=_constraint(body),
+        tools=bool(tools) and isinstance(tools, list) and tool_choice != "none",
+        temperature=_number(body.get("temperature")),
+        stop_structured=_stop_structured(body.get("stop")),
+        max_tokens=int(max_tokens) if max_tokens is not None else None,
+    )
