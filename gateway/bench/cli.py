@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -12,6 +13,8 @@ bench_app = typer.Typer(
     help="Benchmark an OpenAI-compatible endpoint, the routing strategies, or the gateway's own overhead.",
     no_args_is_help=True,
 )
+
+T = TypeVar("T")
 
 
 class WorkloadOpt(StrEnum):
@@ -146,14 +149,7 @@ def compare_command(
         load=_load(concurrency, rate, requests, duration, seed, 120),
         progress=progress,
     )
-    try:
-        result = compare.execute(opts, out)
-    except ValueError as e:
-        typer.echo(str(e), err=True)
-        raise typer.Exit(2) from None
-    except (RuntimeError, TimeoutError) as e:  # a process of the stack did not start
-        typer.echo(str(e), err=True)
-        raise typer.Exit(1) from None
+    result = _or_exit(lambda: compare.execute(opts, out))
     compare.write(result, out)
     typer.echo(compare.markdown(result))
     typer.echo(f"wrote {out}/compare.md, {out}/compare.json", err=True)
@@ -207,14 +203,19 @@ def overhead_command(
     )
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        report = overhead.execute(opts, workdir)
-    except ValueError as e:
-        typer.echo(str(e), err=True)
-        raise typer.Exit(2) from None
-    except (RuntimeError, TimeoutError) as e:  # a process of the stack did not start
-        typer.echo(str(e), err=True)
-        raise typer.Exit(1) from None
+    report = _or_exit(lambda: overhead.execute(opts, workdir))
     typer.echo(overhead.text(report))
     if json_path is not None:
         json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+
+
+def _or_exit(run: Callable[[], T]) -> T:
+    """Run a command's work; bad options exit 2, a stack process that did not start exits 1."""
+    try:
+        return run()
+    except ValueError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    except (RuntimeError, TimeoutError) as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(1) from None

@@ -18,6 +18,7 @@ import orjson
 
 from gateway.bench.client import Client, HTTPError
 from gateway.bench.workloads import RequestSpec
+from gateway.upstream.stream import has_output
 
 DIRECT = "direct"
 
@@ -67,17 +68,6 @@ class Target:
 
     name: str
     client: Client
-
-
-def _has_output(choices: Any) -> bool:
-    for c in choices:
-        if isinstance(c, dict):
-            delta = c.get("delta")
-            if c.get("text") or (
-                isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls"))
-            ):
-                return True
-    return False
 
 
 def _usage(rec: Record, usage: Any) -> None:
@@ -134,7 +124,7 @@ async def _read_stream(chunks: Any, rec: Record, t0: float) -> None:
                 if "error" in obj:
                     rec.error = f"stream error: {str(obj['error'])[:200]}"
                 choices = obj.get("choices")
-                if choices and _has_output(choices):
+                if choices and has_output(choices):
                     rec.chunks += 1
                     if rec.ttft is None:
                         rec.ttft = time.perf_counter() - t0

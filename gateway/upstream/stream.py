@@ -149,7 +149,7 @@ class StreamMeter:
                 self.prompt_tokens = usage["prompt_tokens"]
         if choices:
             self.chunks += 1
-            if self.first_token_at is None and usage is None and _has_output(choices):
+            if self.first_token_at is None and usage is None and has_output(choices):
                 self.first_token_at = now
         elif usage is not None and not self.keep_usage_chunk:
             # Without usage, vLLM puts the final chunk's extra members (system_fingerprint) on the
@@ -174,7 +174,8 @@ def _finished(choices: Any) -> bool:
     return any(isinstance(c, dict) and c.get("finish_reason") is not None for c in choices)
 
 
-def _has_output(choices: Any) -> bool:
+def has_output(choices: Any) -> bool:
+    """Whether a chunk's choices carry output (text, content or a tool call), not just a role or usage."""
     for c in choices:
         if isinstance(c, dict):
             delta = c.get("delta")
