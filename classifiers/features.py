@@ -22,6 +22,8 @@ TAIL_NS = 320  # the "instruction" windows: last and first characters of the mai
 HEAD_NS = 240
 CONTEXT_WINDOW = 600  # head and tail of the chat context
 CJK_MAX = 800
+CONTEXT_HEAD_NS = 300  # the instruction window of the chat context (its system prompt)
+CONTEXT_CUES = ("extract", "role", "code", "format", "creative")
 
 _CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKEN = re.compile(rf"[^\W\d_{_CJK_RANGES}]+|\d+|[^\w\s]")
@@ -217,6 +219,11 @@ def _dense(
     }
     for name, lex in CUES.items():
         out[f"cue_{name}"] = 1.0 if not cue_grams.isdisjoint(lex) else 0.0
+    if view.context:
+        # the head of the chat context holds the system prompt: "answer from these documents" or a persona
+        ctx_grams = _ngrams(_tokens(view.context[:CONTEXT_HEAD_NS].lower()))
+        for name in CONTEXT_CUES:
+            out[f"ctx_{name}"] = 1.0 if not ctx_grams.isdisjoint(CUES[name]) else 0.0
     return out
 
 

@@ -75,7 +75,9 @@ def render(clf: Classifier, results: dict[str, Any], showcase: dict[str, float],
         "and ~30 structural cues (code fences, symbol density, JSON/YAML/key-value shape, bullets, tables, "
         "repeated lines, digit share, numeric sequences, code keywords, question form, speaker markers, turn "
         "count, cue lexicons for repeat/copy, code, formats, extraction, rewriting, creative, opinion, "
-        "role-play and chit-chat read in the instruction windows).",
+        "role-play and chit-chat read in the instruction windows; the extraction, role-play, code, format "
+        "and creative cues also in the first 300 characters of the chat context, where a system prompt with "
+        "retrieved documents or a persona sits).",
         f"- A gram is kept only if it occurs in ≥ {clf.meta['options']['min_sources']} sources "
         "(no single dataset's template words); "
         f"{clf.meta['features']} weights ship.",

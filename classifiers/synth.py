@@ -373,8 +373,27 @@ def rag(r: random.Random) -> Body:
         f"### Documents\n{ctx}\n\n### Question\n{q}\n\n### Answer (quote the relevant sentence)",
         f"Given these search results:\n{ctx}\n\nAnswer briefly: {q}",
     ]
+    roll = r.random()
+    if roll < 0.3:  # retrieved passages in the system prompt, the question alone in the last user turn
+        rule = _ch(
+            r,
+            [
+                "Answer the user's question using only the context below. If the answer is not there, "
+                "say you don't know.",
+                "You are a support bot. Use only the following retrieved documents to answer.",
+                "Ground every answer in these passages and cite them as [n].",
+                "Context information is below. Given the context and no prior knowledge, answer the query.",
+            ],
+        )
+        msgs: list[dict[str, str]] = [{"role": "system", "content": f"{rule}\n\n{ctx}"}]
+        if r.random() < 0.4:
+            msgs += [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello! Ask me anything."},
+            ]
+        return {"messages": [*msgs, {"role": "user", "content": q}]}
     text = _ch(r, forms)
-    if r.random() < 0.4:
+    if roll < 0.6:
         return {
             "messages": [
                 {"role": "system", "content": "Answer strictly from the provided documents."},

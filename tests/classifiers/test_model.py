@@ -127,3 +127,21 @@ def test_showcase(clf: Classifier, name: str) -> None:
     assert len(rows) >= 55 and all(r["label"] == rows[0]["label"] for r in rows)
     hits = sum(clf.predict(r["body"]).label == r["label"] for r in rows)
     assert hits / len(rows) >= 0.98, f"{name}: {hits}/{len(rows)}"
+
+
+def test_system_prompt_decides_between_retrieval_and_persona(clf: Classifier) -> None:
+    docs = "[1] The Nile is about 6,650 km long and flows north into the Mediterranean.\n" * 5
+    rag = {
+        "messages": [
+            {"role": "system", "content": "Answer using only the context below.\n\n" + docs},
+            {"role": "user", "content": "How long is the Nile?"},
+        ]
+    }
+    persona = {
+        "messages": [
+            {"role": "system", "content": "You are a pirate captain. Stay in character.\n\n" + docs},
+            {"role": "user", "content": "How long is the Nile?"},
+        ]
+    }
+    assert clf.predict(rag).label == "structured"
+    assert clf.predict(persona).label == "open-ended"
