@@ -144,9 +144,8 @@ class AdaptivePolicy:
                 age = state.age(now)
                 if age is not None and age <= stale:
                     r = state.reading
-                    waiting = r.waiting or 0.0
-                    load = max(load, (r.running or 0.0) + waiting)
-                    queued = waiting > 0
+                    load = max(load, (r.running or 0.0) + (r.waiting or 0.0))
+                    queued = state.queued
                 cap = state.capacity
             if cap is not None:
                 queued = queued or load >= cap

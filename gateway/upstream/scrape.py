@@ -134,6 +134,7 @@ class EndpointScrape:
 
     endpoint: Endpoint
     reading: Reading | None = None
+    previous: Reading | None = None
     last: Interval | None = None  # the latest interval that had drafts
     last_at: float | None = None  # monotonic time of the latest successful scrape
     capacity: int | None = None  # running requests seen while others waited: max_num_seqs
@@ -151,13 +152,23 @@ class EndpointScrape:
             return None
         return (time.monotonic() if now is None else now) - self.last_at
 
+    @property
+    def queued(self) -> bool:
+        """Requests waited at two scrapes in a row: a real queue, not the moment between a request's
+        arrival and the engine's next step (vLLM counts those as waiting too)."""
+        return bool(self.reading and self.reading.waiting and self.previous and self.previous.waiting)
+
     def update(self, reading: Reading, k: int | None) -> None:
         iv = interval(self.reading, reading, k)
         if iv is not None:
             self.last = iv
-        if reading.waiting and reading.running:
-            self.capacity = int(reading.running)
-        self.reading = reading
+        self.previous, self.reading = self.reading, reading
+        running = int(reading.running or 0)
+        if self.queued and running:
+            # the most requests seen running while a queue lasted: the engine's seats (max_num_seqs)
+            self.capacity = max(self.capacity or 0, running)
+        elif self.capacity is not None and running > self.capacity:
+            self.capacity = running
         self.last_at = reading.at
         self.failures = 0
         self.error = None

@@ -285,7 +285,7 @@ def test_overloaded_speculative_pool_no_worse_than_baseline(pools, adaptive, for
     stop = threading.Event()
     threads = _background(pools["speculative"].url, 22, stop)  # past max-num-seqs 16: a queue
     try:
-        time.sleep(1.5)
+        time.sleep(3 * 3 * SCALE + 1)  # a queue counts once it has outlasted a scrape interval
         rows = []
         for p in MIXED[:12]:
             rows.append((_run(adaptive.url, p), _run(forced.url, p, "baseline")))

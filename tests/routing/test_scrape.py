@@ -154,4 +154,18 @@ def test_capacity_is_learned_while_queueing():
     state.update(Reading(1.0, running=3, waiting=0), None)
     assert state.capacity is None
     state.update(Reading(2.0, running=4, waiting=2), None)
-    assert state.capacity == 4
+    assert state.capacity is None and not state.queued  # one scrape: maybe a request between steps
+    state.update(Reading(3.0, running=4, waiting=3), None)
+    assert state.queued and state.capacity == 4
+    state.update(Reading(4.0, running=2, waiting=0), None)
+    assert not state.queued and state.capacity == 4
+
+
+def test_a_request_waiting_for_the_next_step_is_not_a_queue():
+    from gateway.upstream.scrape import EndpointScrape
+
+    state = EndpointScrape(Endpoint("speculative", "s0", "http://s0"))
+    for t in range(6):  # vLLM counts a request as waiting until the next step admits it
+        state.update(Reading(float(t), running=2, waiting=1 if t % 2 else 0), None)
+        assert not state.queued
+    assert state.capacity is None
