@@ -140,7 +140,8 @@ class Client:
             + b"Content-Length: %d\r\n\r\n" % len(body)
         )
         for attempt in range(2):
-            conn = self._idle.pop() if self._idle else await self._connect()
+            # the retry takes a fresh connection: the other idle ones may be just as stale
+            conn = self._idle.pop() if self._idle and attempt == 0 else await self._connect()
             reused = conn.reused
             conn.reused = True
             try:
