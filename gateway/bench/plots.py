@@ -40,10 +40,7 @@ def latency_cdfs(requests: Sequence[dict[str, Any]], path: Path) -> bool:
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def tpot_over_time(requests: Sequence[dict[str, Any]], path: Path) -> bool:
@@ -63,10 +60,7 @@ def tpot_over_time(requests: Sequence[dict[str, Any]], path: Path) -> bool:
     ax.set_ylabel("TPOT ms")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def routing_mix(requests: Sequence[dict[str, Any]], path: Path, bins: int = 30) -> bool:
@@ -87,10 +81,7 @@ def routing_mix(requests: Sequence[dict[str, Any]], path: Path, bins: int = 30) 
     ax.set_ylabel("share")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def write_all(results: dict[str, Any], out: Path) -> list[str]:
@@ -104,3 +95,11 @@ def write_all(results: dict[str, Any], out: Path) -> list[str]:
         if fn(results["requests"], out / name):
             written.append(name)
     return written
+
+
+def _save(fig: Any, path: Path) -> bool:
+    """Write a finished figure and free it (pyplot keeps every open figure alive)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
