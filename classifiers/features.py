@@ -131,6 +131,10 @@ CUES: dict[str, frozenset[str]] = {
 }
 
 
+_CUE_KEYS = [(f"cue_{name}", lex) for name, lex in CUES.items()]
+_CONTEXT_KEYS = [(f"ctx_{name}", CUES[name]) for name in CONTEXT_CUES]
+
+
 @dataclass(slots=True)
 class Features:
     """Sparse parts are namespaced sets of strings; dense cues are floats roughly in [0, 1]."""
@@ -188,7 +192,7 @@ def _dense(
     counts = Counter(lines)
     max_rep = max(counts.values(), default=0)
     head = scanned[:600]
-    symbols = sum(scanned.count(c) for c in _SYMBOLS)
+    symbols = sum(map(scanned.count, _SYMBOLS))
     tabular = sum(1 for ln in lines if ln.count(",") >= 2 or ln.count("|") >= 2 or ln.count("\t") >= 2)
     stripped = text.rstrip()
     instruction = text[:HEAD_NS] + "\n" + text[-TAIL_NS:]
@@ -217,38 +221,39 @@ def _dense(
         "context_len": _log(len(view.context), 9.0),
         "empty": 1.0 if not stripped else 0.0,
     }
-    for name, lex in CUES.items():
-        out[f"cue_{name}"] = 1.0 if not cue_grams.isdisjoint(lex) else 0.0
+    for key, lex in _CUE_KEYS:
+        out[key] = 0.0 if cue_grams.isdisjoint(lex) else 1.0
     if view.context:
         # the head of the chat context holds the system prompt: "answer from these documents" or a persona
         ctx_grams = _ngrams(_tokens(view.context[:CONTEXT_HEAD_NS].lower()))
-        for name in CONTEXT_CUES:
-            out[f"ctx_{name}"] = 1.0 if not ctx_grams.isdisjoint(CUES[name]) else 0.0
+        for key, lex in _CONTEXT_KEYS:
+            out[key] = 0.0 if ctx_grams.isdisjoint(lex) else 1.0
     return out
 
 
 def extract(view: RequestView) -> Features:
     text = view.text
     scanned = window(text)
-    low = scanned.lower()
-    tokens = _tokens(low)
+    tokens = _tokens(scanned.lower())
     words = _ngrams(tokens)
+    # a short text is its own head and tail window: reuse its grams instead of tokenising it again
     tail_text = text[-TAIL_NS:]
     head_text = text[:HEAD_NS]
-    tail = _ngrams(_tokens(tail_text.lower()))
+    tail = words if len(text) <= TAIL_NS else _ngrams(_tokens(tail_text.lower()))
+    head = words if len(text) <= HEAD_NS else _ngrams(_tokens(head_text.lower()))
     first_words = [t for t in tokens[:6] if t.isalpha()][:2]
     first = set(first_words[:1])
     if len(first_words) == 2:
         first.add(" ".join(first_words))
     has_cjk = bool(scanned) and max(scanned) >= "\u3040"
     cjk = _cjk_grams(scanned) if has_cjk else set()
-    cue_grams = tail | _ngrams(_tokens(head_text.lower()))
+    cue_grams = tail | head
     if has_cjk:
         cue_grams |= _cjk_grams(head_text + "\n" + tail_text)
     ctx = view.context
     if len(ctx) > 2 * CONTEXT_WINDOW:
         ctx = ctx[:CONTEXT_WINDOW] + "\n" + ctx[-CONTEXT_WINDOW:]
-    context = set(_tokens(ctx.lower()))
+    context = set(_tokens(ctx.lower())) if ctx else set()
     if ctx and max(ctx) >= "\u3040":
         context |= _cjk_grams(ctx)
     return Features(

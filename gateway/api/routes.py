@@ -12,6 +12,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -117,7 +118,7 @@ async def _handle(request: Request, api: Api) -> Response:
     out_headers = ex.headers(sent.pool)
     if sent.pool != decision.pool:
         gw.metrics.failovers.labels(decision.pool, sent.pool).inc()
-    status = sent.response.status_code
+    status = sent.response.status
     media_type = sent.response.headers.get("content-type", "application/json")
     if meter is not None and status < 300 and meter.collect is not None:
         return await _assembled(request, ex, sent, meter, out_headers)
@@ -134,8 +135,13 @@ async def _handle(request: Request, api: Api) -> Response:
     except APIError as e:
         _finish(ex, sent, e.status)
         return error_response(e.status, e.message, e.param, out_headers)
-    _finish(ex, sent, status, content=content)
-    return Response(content, status, headers=out_headers, media_type=media_type)
+    return Response(
+        content,
+        status,
+        headers=out_headers,
+        media_type=media_type,
+        background=_later(ex, sent, status, content=content),
+    )
 
 
 async def _assembled(
@@ -165,8 +171,13 @@ async def _assembled(
                 orjson.dumps({"error": meter.error}), status, headers=headers, media_type="application/json"
             )
         return error_response(status, "upstream stream ended without a complete response", None, headers)
-    _finish(ex, sent, status, meter)
-    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+    return Response(
+        orjson.dumps(body),
+        status,
+        headers=headers,
+        media_type="application/json",
+        background=_later(ex, sent, status, meter),
+    )
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
@@ -223,6 +234,21 @@ def _prompt(payload: dict[str, Any] | None) -> object | None:
     if payload is None:
         return None
     return payload.get("messages") if "messages" in payload else payload.get("prompt")
+
+
+def _later(
+    ex: Exchange, sent: Sent, status: int, meter: StreamMeter | None = None, content: bytes | None = None
+) -> BackgroundTask:
+    """:func:`_finish` once the response has gone out: the client does not wait for the bookkeeping.
+
+    It runs in the request's own task right after the last byte is written, before the event loop
+    serves anything else, so a client that reads its response and then scrapes ``/metrics`` sees it.
+    """
+
+    async def observe() -> None:
+        _finish(ex, sent, status, meter, content)
+
+    return BackgroundTask(observe)
 
 
 def _finish(

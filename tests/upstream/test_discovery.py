@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 import pytest
 import uvicorn
 
-from gateway.app import new_client, new_transport
+from gateway.app import new_client, new_session
 from gateway.config import Settings, load_settings
 from gateway.observability import Metrics
 from gateway.upstream import discovery
@@ -116,9 +116,9 @@ async def gateway() -> AsyncIterator[tuple[Upstreams, Settings]]:
     pools = {
         name: Pool(name, ["m"], discovery.static_endpoints(name, cfg)) for name, cfg in settings.pools.items()
     }
-    transport = new_transport()
-    client = new_client(settings, transport)
-    yield Upstreams(settings, client, transport, pools, Metrics()), settings
+    session = new_session()
+    client = new_client(settings, session)
+    yield Upstreams(settings, client, session, pools, Metrics()), settings
     await client.aclose()
 
 
