@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -101,6 +102,17 @@ def new_client(settings: Settings, session: aiohttp.ClientSession) -> httpx.Asyn
     )
 
 
+def freeze_heap() -> None:
+    """Leave what start-up built out of garbage collection from now on.
+
+    Modules, the app, the classifier: ~70k objects that live as long as the process. A full collection
+    walks every one of them and held the event loop for 40-60 ms here, about once a second under full
+    load. Frozen, they are skipped; what requests allocate is collected as before.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     metrics = Metrics()
     pools = build_pools(settings)
@@ -126,9 +138,11 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
             asyncio.create_task(discovery.run(client, pools, settings, on_removed=metrics.forget))
         )
         gw.tasks.append(asyncio.create_task(scraper.run()))
+        freeze_heap()
         try:
             yield
         finally:
+            gc.unfreeze()
             for task in gw.tasks:
                 task.cancel()
             for task in gw.tasks:

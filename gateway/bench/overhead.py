@@ -9,6 +9,8 @@ routing decision included; the upstream answers at once, so what remains is the 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import random
 import tempfile
@@ -147,6 +149,15 @@ async def _interleaved(
     return await loadgen.generate(_pairs(direct, proxied, opts.seed), specs, load)
 
 
+async def _sample_rss(usage: Usage, series: list[list[float]], t0: float, every_s: float = 1.0) -> None:
+    """The gateway's RSS once a second: whether memory is flat shows over a run, not at its two ends."""
+    while True:
+        rss = usage.rss_mb()
+        if rss is not None:
+            series.append([round(time.perf_counter() - t0, 2), round(rss, 2)])
+        await asyncio.sleep(every_s)
+
+
 async def _measure(
     direct_url: str, gateway_url: str, model: str, opts: OverheadOptions, usage: dict[str, Usage]
 ) -> dict[str, Any]:
@@ -156,16 +167,23 @@ async def _measure(
     direct, proxied = Target(DIRECT, Client(direct_url)), Target(PROXIED, Client(gateway_url))
     me = Usage(psutil.Process(), children=False)
     out: dict[str, Any] = {}
+    gw = usage["gateway"]
+    series: list[list[float]] = []
+    t0 = time.perf_counter()
+    sampler = asyncio.ensure_future(_sample_rss(gw, series, t0))
+    proxied_total = 0
     try:
         if opts.warmup_s:
-            await _interleaved(direct, proxied, plain, opts, opts.warmup_s)
-        gw = usage["gateway"]
+            records, _ = await _interleaved(direct, proxied, plain, opts, opts.warmup_s)
+            proxied_total += sum(1 for r in records if r.target == PROXIED)
         out["gateway_rss_mb_start"] = gw.rss_mb()
         phases = [("non_streamed", plain, "e2e")] + ([("streamed", streamed, "ttft")] if opts.stream else [])
         for name, specs, field in phases:
             for u in (*usage.values(), me):
                 u.start()
+            started = time.perf_counter() - t0
             records, elapsed = await _interleaved(direct, proxied, specs, opts, opts.duration)
+            proxied_total += sum(1 for r in records if r.target == PROXIED)
             result = _phase(records, field)
             if field == "ttft":
                 result["e2e"] = _phase(records, "e2e")
@@ -181,12 +199,15 @@ async def _measure(
             result["cpu_percent"] = {k: u.cpu_percent() for k, u in usage.items()} | {
                 "client": me.cpu_percent()
             }
+            result["memory"] = _memory(gw, started, time.perf_counter() - t0, proxied_total)
             out[name] = result
         if opts.max_throughput:
             for u in (*usage.values(), me):
                 u.start()
             load = Load(concurrency=opts.concurrency, duration=opts.duration, seed=opts.seed, timeout=30.0)
+            started = time.perf_counter() - t0
             records, elapsed = await loadgen.generate([proxied], plain, load)
+            proxied_total += len(records)
             ok = [r.e2e for r in records if r.ok and r.e2e is not None]
             cpu = usage["gateway"].cpu_seconds()
             out["max_throughput"] = {
@@ -197,12 +218,27 @@ async def _measure(
                 "latency_ms": _quantiles(ok),
                 "gateway_cpu_ms_per_request": 1000 * cpu / len(ok) if ok and gw.proc else None,
                 "cpu_percent": {k: u.cpu_percent() for k, u in usage.items()} | {"client": me.cpu_percent()},
+                "memory": _memory(gw, started, time.perf_counter() - t0, proxied_total),
             }
         out["gateway_rss_mb_end"] = gw.rss_mb()
     finally:
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
         await direct.client.aclose()
         await proxied.client.aclose()
+    out["gateway_rss_mb_series"] = series
     return out
+
+
+def _memory(gw: Usage, start_s: float, end_s: float, proxied_total: int) -> dict[str, Any]:
+    """Where a phase left the gateway's memory, and after how many proxied requests in all."""
+    return {
+        "start_s": round(start_s, 2),
+        "end_s": round(end_s, 2),
+        "proxied_requests_total": proxied_total,
+        "gateway_rss_mb": gw.rss_mb(),
+    }
 
 
 def _pin(pid: int | None, cpus: set[int]) -> None:
@@ -301,10 +337,33 @@ def text(report: dict[str, Any]) -> str:
             lines.append(
                 f"WARNING: {name} phase saturated (requests queued): lower --rate for a latency figure"
             )
-    rss0, rss1 = report.get("gateway_rss_mb_start"), report.get("gateway_rss_mb_end")
-    if rss0 is not None and rss1 is not None:
-        lines.append(f"gateway RSS: {rss0:.1f} MB at start, {rss1:.1f} MB at end")
+    lines += _memory_lines(report)
     return "\n".join(lines)
+
+
+def _memory_lines(report: dict[str, Any]) -> list[str]:
+    rss0 = report.get("gateway_rss_mb_start")
+    if rss0 is None:
+        return []
+    steps = [
+        f"{m['gateway_rss_mb']:.1f} after {m['proxied_requests_total']:,} proxied requests ({name})"
+        for name in ("non_streamed", "streamed", "max_throughput")
+        if (m := report.get(name, {}).get("memory")) and m["gateway_rss_mb"] is not None
+    ]
+    lines = [f"gateway RSS MB: {rss0:.1f} at start; " + "; ".join(steps)]
+    last = next(
+        (report[n]["memory"] for n in ("max_throughput", "streamed", "non_streamed") if n in report), None
+    )
+    series = report.get("gateway_rss_mb_series") or []
+    if last is not None:
+        mid = (last["start_s"] + last["end_s"]) / 2
+        half = [mb for t, mb in series if mid <= t <= last["end_s"]]
+        if len(half) >= 2:
+            lines.append(
+                f"  second half of the last phase: {half[0]:.1f} -> {half[-1]:.1f} MB"
+                f" (min {min(half):.1f}, max {max(half):.1f}; sampled once a second)"
+            )
+    return lines
 
 
 def _per_req(phase: dict[str, Any]) -> str:

@@ -149,7 +149,14 @@ def test_overhead_smoke(tmp_path) -> None:
     assert ns["added_ms"]["p50"] == ns["proxied"]["ms"]["p50"] - ns["direct"]["ms"]["p50"]
     assert doc["max_throughput"]["requests"] > 0
     assert doc["gateway_rss_mb_start"] > 0 and doc["gateway_rss_mb_end"] > 0
-    assert "added" in result.output
+    # memory is followed through the run: per phase, with the proxied requests served so far
+    mems = [doc[name]["memory"] for name in ("non_streamed", "streamed", "max_throughput")]
+    assert [m["proxied_requests_total"] for m in mems] == sorted(m["proxied_requests_total"] for m in mems)
+    assert mems[-1]["proxied_requests_total"] >= ns["proxied"]["requests"] + doc["max_throughput"]["requests"]
+    assert all(m["gateway_rss_mb"] > 0 and m["start_s"] < m["end_s"] for m in mems)
+    times = [t for t, _ in doc["gateway_rss_mb_series"]]
+    assert len(times) >= 3 and times == sorted(times)
+    assert "added" in result.output and "proxied requests (max_throughput)" in result.output
 
 
 def test_overhead_against_running_pair(bench_stack, tmp_path) -> None:
