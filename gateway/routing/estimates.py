@@ -85,7 +85,10 @@ class KindEstimate:
     changes: int = 0
     _up: float = 0.0
     _down: float = 0.0
-    _run: list[tuple[float, float]] = field(default_factory=list)
+    # the run since the CUSUM last sat at zero, as sums (a list of it grew without bound while the
+    # residuals kept one side of the CUSUM above zero without reaching the limit)
+    _run_w: float = 0.0
+    _run_aw: float = 0.0
 
     def decay(self, now: float, half_life_s: float) -> None:
         if now > self.updated:
@@ -103,15 +106,14 @@ class KindEstimate:
         self._up = max(0.0, self._up + r - CUSUM_SLACK)
         self._down = max(0.0, self._down - r - CUSUM_SLACK)
         if self._up == 0.0 and self._down == 0.0:
-            self._run.clear()
+            self._run_w = self._run_aw = 0.0
         else:
-            self._run.append((alpha, w))
+            self._run_w += w
+            self._run_aw += alpha * w
         if max(self._up, self._down) > CUSUM_LIMIT:
             # a change: forget the old evidence, keep only the run that revealed it
-            self.weight = sum(x[1] for x in self._run)
-            self.total = sum(x[0] * x[1] for x in self._run)
-            self._up = self._down = 0.0
-            self._run.clear()
+            self.weight, self.total = self._run_w, self._run_aw
+            self._up = self._down = self._run_w = self._run_aw = 0.0
             self.changes += 1
         else:
             self.weight += w
@@ -128,7 +130,8 @@ class ShiftDetector:
     changes: int = 0
     _up: float = 0.0
     _down: float = 0.0
-    _run: list[tuple[float, float, float]] = field(default_factory=list)  # (measured, expected, weight)
+    _run_measured: float = 0.0  # Σ weight·measured and Σ weight·expected over the current run
+    _run_expected: float = 0.0
 
     def add(self, alpha: float, expected: float, w: float) -> float | None:
         """Record one residual; return the measured/expected ratio when a shift is declared."""
@@ -136,15 +139,14 @@ class ShiftDetector:
         self._up = max(0.0, self._up + r - CUSUM_SLACK * w)
         self._down = max(0.0, self._down - r - CUSUM_SLACK * w)
         if self._up == 0.0 and self._down == 0.0:
-            self._run.clear()
+            self._run_measured = self._run_expected = 0.0
             return None
-        self._run.append((alpha, expected, w))
+        self._run_measured += alpha * w
+        self._run_expected += expected * w
         if max(self._up, self._down) <= CUSUM_LIMIT:
             return None
-        measured = sum(a * w for a, _, w in self._run)
-        expected_sum = sum(e * w for _, e, w in self._run)
-        self._up = self._down = 0.0
-        self._run.clear()
+        measured, expected_sum = self._run_measured, self._run_expected
+        self._up = self._down = self._run_measured = self._run_expected = 0.0
         self.changes += 1
         return measured / expected_sum if expected_sum > 0 else None
 

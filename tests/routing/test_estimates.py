@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 
@@ -110,3 +111,23 @@ def test_isolated_outliers_are_not_a_change():
     assert est.kinds[("rep", "structured")].changes == 0
     assert est.shift.changes == 0
     assert est.alpha("rep", "structured", 1.0) == pytest.approx(0.85 - (0.85 - 0.27) / 7, abs=0.05)
+
+
+def test_memory_stays_flat_when_residuals_alternate_around_the_estimate():
+    """Requests alternately well above and below the estimate keep one side of each CUSUM off zero
+    without a change: the state must not grow with the number of requests (it lives for the process)."""
+    est = AlphaEstimates(half_life_s=1e9, clock=lambda: 0.0)
+
+    def feed(n: int) -> None:
+        for i in range(n):
+            est.observe("qa", "open-ended", 0.5, 0.9 if i % 2 else 0.1, FULL_TRIALS)
+
+    feed(1_000)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        feed(20_000)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 20_000, f"{grown} bytes more after 20,000 requests"
