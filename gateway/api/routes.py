@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -15,6 +16,7 @@ import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from gateway.api.errors import APIError, error_response
 from gateway.api.request import check_key, forced_pool, parse_body, read_body
@@ -127,7 +129,7 @@ async def _handle(request: Request, api: Api) -> Response:
         def done(s: Sent, failed: int | None) -> None:
             _finish(ex, s, failed or status, meter)
 
-        return StreamingResponse(
+        return Relay(
             gw.upstreams.relay(sent, meter, done), status, headers=out_headers, media_type=media_type
         )
     try:
@@ -178,6 +180,19 @@ async def _assembled(
         media_type="application/json",
         background=_later(ex, sent, status, meter),
     )
+
+
+class Relay(StreamingResponse):
+    """A stream to the client that a disconnect cancels, and with it the upstream request.
+
+    Starlette's own runs the stream in a second task beside a disconnect listener in an anyio task
+    group: ~40 µs more per request than one watcher, and one more turn of the loop before the first
+    byte. This runs the stream in the request's task, watched like every other upstream wait.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with contextlib.suppress(APIError):  # 499: the relay saw the cancellation and closed upstream
+            await _unless_disconnected(Request(scope, receive), self.stream_response(send))
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
