@@ -34,6 +34,14 @@ Rate = Annotated[
 ]
 Duration = Annotated[float | None, typer.Option(min=0.01, help="stop sending after this many seconds")]
 Seed = Annotated[int, typer.Option(help="seed of the prompt order and of the arrivals")]
+Workload = Annotated[WorkloadOpt, typer.Option(help="built-in prompt set")]
+WorkloadFile = Annotated[
+    Path | None,
+    typer.Option(exists=True, dir_okay=False, help="JSONL of prompts or request bodies (`label`: class)"),
+]
+Api = Annotated[ApiOpt, typer.Option(help="endpoint for plain prompts")]
+MaxTokens = Annotated[int, typer.Option(min=1)]
+Temperature = Annotated[float, typer.Option(min=0.0)]
 
 
 def _load(
@@ -54,15 +62,12 @@ def _load(
 @bench_app.command("run")
 def run_command(
     url: Annotated[str, typer.Option(help="base URL of the server (with or without /v1)")],
-    workload: Annotated[WorkloadOpt, typer.Option(help="built-in prompt set")] = WorkloadOpt.mixed,
-    workload_file: Annotated[
-        Path | None,
-        typer.Option(exists=True, dir_okay=False, help="JSONL of prompts or request bodies (`label`: class)"),
-    ] = None,
-    api: Annotated[ApiOpt, typer.Option(help="endpoint for plain prompts")] = ApiOpt.completions,
+    workload: Workload = WorkloadOpt.mixed,
+    workload_file: WorkloadFile = None,
+    api: Api = ApiOpt.completions,
     model: Annotated[str | None, typer.Option(help="model name [default: the first in /v1/models]")] = None,
-    max_tokens: Annotated[int, typer.Option(min=1)] = 128,
-    temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
+    max_tokens: MaxTokens = 128,
+    temperature: Temperature = 0.0,
     api_key: Annotated[
         str | None, typer.Option(envvar="OPENAI_API_KEY", help="sent as a Bearer token")
     ] = None,
@@ -108,14 +113,12 @@ def run_command(
 
 @bench_app.command("compare")
 def compare_command(
-    workload: Annotated[WorkloadOpt, typer.Option(help="built-in prompt set")] = WorkloadOpt.mixed,
-    workload_file: Annotated[
-        Path | None, typer.Option(exists=True, dir_okay=False, help="JSONL of prompts or request bodies")
-    ] = None,
-    api: Annotated[ApiOpt, typer.Option(help="endpoint for plain prompts")] = ApiOpt.completions,
+    workload: Workload = WorkloadOpt.mixed,
+    workload_file: WorkloadFile = None,
+    api: Api = ApiOpt.completions,
     model: Annotated[str, typer.Option(help="model name the emulators serve")] = "demo-model",
-    max_tokens: Annotated[int, typer.Option(min=1)] = 128,
-    temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
+    max_tokens: MaxTokens = 128,
+    temperature: Temperature = 0.0,
     strategy: Annotated[
         list[str] | None, typer.Option("--strategy", help="repeatable [default: all four]")
     ] = None,
@@ -166,7 +169,7 @@ def overhead_command(
         bool, typer.Option(help="also run a closed loop through the gateway and report req/s sustained")
     ] = False,
     concurrency: Annotated[int, typer.Option(min=1, help="closed loop for --max-throughput")] = 64,
-    max_tokens: Annotated[int, typer.Option(min=1)] = 16,
+    max_tokens: MaxTokens = 16,
     model: Annotated[str | None, typer.Option(help="model name [default: demo-model, or discovered]")] = None,
     strategy: Annotated[str, typer.Option(help="routing strategy of the started gateway")] = "classifier",
     gateway_url: Annotated[str | None, typer.Option(help="use an already-running gateway…")] = None,
