@@ -4,7 +4,8 @@
   (``pool``, ``endpoint``, ``running``, ``waiting``, ``kv_cache_usage``, ``speculative_counters`` and,
   once an interval had drafts, ``acceptance`` with vLLM's ratios over that interval);
 - the gateway's own ``/metrics``: ``specroute_accepted_tokens_total`` and ``specroute_draft_tokens_total``
-  sum its per-request acceptance measurements (labelled by prompt class).
+  sum its per-request acceptance measurements (labelled by prompt class); ``specroute_requests_total``
+  counts the requests it has finished.
 """
 
 from __future__ import annotations
@@ -56,3 +57,9 @@ def measured_totals(gateway_url: str) -> tuple[float, float] | None:
     if acc is None and drafted is None:
         return None
     return acc or 0.0, drafted or 0.0
+
+
+def requests_total(gateway_url: str) -> float:
+    """Requests the gateway has finished and recorded (``specroute_requests_total``, all labels)."""
+    text = httpx.get(gateway_url + "/metrics", timeout=TIMEOUT).text
+    return metric_value(text, "specroute_requests_total") or 0.0

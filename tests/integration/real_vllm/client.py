@@ -127,21 +127,23 @@ class SpecCounters:
     drafts: float
     draft_tokens: float
     accepted_tokens: float
+    # Decode steps, one inter-token latency per request per engine step: vLLM observes it before its
+    # output collector merges steps that a slow stream has not yet taken, so merges do not hide steps here.
+    decode_steps: float
 
     def __sub__(self, other: SpecCounters) -> SpecCounters:
         return SpecCounters(
             self.drafts - other.drafts,
             self.draft_tokens - other.draft_tokens,
             self.accepted_tokens - other.accepted_tokens,
+            self.decode_steps - other.decode_steps,
         )
 
 
 def spec_counters(url: str) -> SpecCounters | None:
     text = httpx.get(url + "/metrics", timeout=TIMEOUT).text
-    values = [
-        metric_value(text, f"vllm:spec_decode_num_{n}_total")
-        for n in ("drafts", "draft_tokens", "accepted_tokens")
-    ]
+    names = [f"vllm:spec_decode_num_{n}_total" for n in ("drafts", "draft_tokens", "accepted_tokens")]
+    values = [metric_value(text, n) for n in (*names, "vllm:inter_token_latency_seconds_count")]
     if any(v is None for v in values):
         return None
     return SpecCounters(*(float(v or 0) for v in values))

@@ -42,6 +42,11 @@ def test_variant_acceptance_as_built(spec: VllmServer) -> None:
     delta = after - before
     assert delta.drafts > 0 and delta.draft_tokens > 0
     rate = delta.accepted_tokens / delta.draft_tokens
+    # Every decode step verifies the drafts of the step before, except where the n-gram proposer found none.
+    if spec.variant == "ngram":
+        assert 0 < delta.drafts <= delta.decode_steps
+    else:
+        assert delta.drafts == delta.decode_steps
     if spec.variant == "draft-same":
         assert rate == 1.0
         assert delta.draft_tokens == NUM_SPECULATIVE_TOKENS * delta.drafts
@@ -65,6 +70,7 @@ def test_gateway_acceptance_equals_counter_deltas(spec_gateway: str, spec: VllmS
     )
     assert routed == "speculative"
     m0 = admin.measured_totals(spec_gateway) or (0.0, 0.0)
+    r0 = admin.requests_total(spec_gateway)
     c0 = spec_counters(spec.url)
     sent = requests()
     for path, body in sent:
@@ -74,30 +80,26 @@ def test_gateway_acceptance_equals_counter_deltas(spec_gateway: str, spec: VllmS
     c1 = spec_counters(spec.url)
     assert c0 is not None and c1 is not None
     counted = c1 - c0
-    slack = NUM_SPECULATIVE_TOKENS * len(sent)
-
-    def delta() -> tuple[float, float] | None:
-        m1 = admin.measured_totals(spec_gateway)
-        return None if m1 is None else (m1[0] - m0[0], m1[1] - m0[1])
-
-    if wait_for(delta, lambda d: d is not None, timeout=10) is None:
-        pytest.skip(f"needs the gateway's per-request acceptance counters {admin.MEASURED} on its /metrics")
-
     # The gateway records a request once its stream has ended; give the last one a moment.
-    got = wait_for(delta, lambda d: d is not None and d[1] >= counted.draft_tokens - slack, timeout=10)
-    if spec.variant == "draft-same":
-        # Every step yields k + 1 tokens and max_tokens fills the last step: exact to the token.
-        got = wait_for(delta, lambda d: d is not None and d[1] == counted.draft_tokens, timeout=5)
-    assert got is not None
-    accepted, drafted = got
+    recorded = wait_for(lambda: admin.requests_total(spec_gateway), lambda n: n >= r0 + len(sent), timeout=10)
+    assert recorded == r0 + len(sent)
+    m1 = admin.measured_totals(spec_gateway)
+    if m1 is None:
+        pytest.skip(f"needs the gateway's per-request acceptance counters {admin.MEASURED} on its /metrics")
+    accepted, drafted = m1[0] - m0[0], m1[1] - m0[1]
     if spec.variant == "draft-same":
         assert accepted == counted.accepted_tokens
         assert drafted == counted.draft_tokens
     else:
-        # The last step of each request is cut by max_tokens: what it accepted beyond the limit never
-        # reaches the client, so a stream shows up to k accepted (and k drafted) tokens fewer per request.
-        assert counted.accepted_tokens - slack <= accepted <= counted.accepted_tokens
+        # Two kinds of step do not show in a stream as steps. The last step of each request is cut by
+        # max_tokens: what it accepted beyond the limit never reaches the client, and the gateway drops
+        # it. And when the server's stream falls behind its engine (two processes, a gateway and a client
+        # share two cores here), vLLM sends several steps as one chunk; a merge that stays within k + 1
+        # tokens reads as one step with one more accepted token. Each unseen step moves the gateway's
+        # count by at most k accepted tokens down (a dropped step) or one up (a merge).
+        k = NUM_SPECULATIVE_TOKENS
+        seen = drafted / k  # the gateway counts k drafted tokens for each step it saw
+        unseen = counted.decode_steps - seen
+        assert unseen >= 0
+        assert counted.accepted_tokens - k * unseen <= accepted <= counted.accepted_tokens + unseen
         assert drafted > 0 and accepted <= drafted
-        if spec.variant == "draft-noisy":
-            # A draft model proposes k tokens at every step, so drafted tokens follow from the steps.
-            assert counted.draft_tokens - slack <= drafted <= counted.draft_tokens
