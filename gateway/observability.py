@@ -93,7 +93,8 @@ class Metrics:
         )
         self.upstream_errors = Counter(
             "specroute_upstream_errors",
-            "Upstream failures by pool, endpoint and kind (connect, timeout, status_5xx, stream).",
+            "Upstream failures by pool, endpoint and kind "
+            "(connect, dropped_connection, timeout, status_5xx, protocol, stream).",
             ["pool", "endpoint", "kind"],
             registry=r,
         )

@@ -1,7 +1,8 @@
 """Forwarding one request: pick an endpoint, send, retry or fail over, stream back.
 
 Retries happen only before the first byte has gone to the client: on a connect error, a 5xx, or
-no first byte within ``timeouts.first_byte_s``. A streamed response is held back until its first
+no first byte within ``timeouts.first_byte_s`` (and once at once, on the same endpoint, when a
+connection drops before any of the response arrives). A streamed response is held back until its first
 upstream chunk has arrived, so a stream that dies before producing anything is retried too. Both
 pools serve the same model, so moving a request to the other pool changes its speed, not its answer.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -124,14 +125,7 @@ class Upstreams:
             response: aiohttp.ClientResponse | None = None
             try:
                 async with asyncio.timeout(first_byte_s):
-                    response = await self.session.request(
-                        "POST",
-                        endpoint.base_url + path,
-                        data=body,
-                        headers=headers,
-                        timeout=self._timeout,
-                        allow_redirects=False,
-                    )
+                    response = await self._post(endpoint, path, body, headers)
                     chunks = response.content.iter_any()
                     if response.status >= 500:
                         raise _UpstreamStatus(response.status, await response.read())
@@ -170,6 +164,32 @@ class Upstreams:
         if last_error is None:
             raise APIError(503, "no healthy upstream endpoint is available; try again shortly")
         raise last_error
+
+    async def _post(
+        self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
+        """POST, and once more if the connection dropped before any of the response arrived.
+
+        A pooled keep-alive connection that the server closes just as a request goes out on it (vLLM
+        and uvicorn drop idle ones after 5 s) fails this way through no fault of the endpoint, so the
+        second try, on another connection, does not count against it. aiohttp retries such failures
+        itself only for idempotent methods; a completion is as safe to resend, and a second failure
+        is handled as usual. A refused connection is not retried here: the endpoint is not there.
+        """
+
+        def post() -> Awaitable[aiohttp.ClientResponse]:
+            url = endpoint.base_url + path
+            return self.session.request(
+                "POST", url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
+            )
+
+        try:
+            return await post()
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            if isinstance(e, aiohttp.ClientConnectorError):
+                raise
+            self.metrics.upstream_errors.labels(endpoint.pool, endpoint.name, "dropped_connection").inc()
+            return await post()
 
     async def relay(
         self, sent: Sent, meter: StreamMeter | None, on_done: Callable[[Sent, int | None], None]

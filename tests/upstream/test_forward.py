@@ -1,0 +1,138 @@
+"""Connections that drop before a response: a stale keep-alive one is retried, a dead endpoint is not hidden.
+
+The upstream is a raw asyncio server on loopback, so the test decides exactly when a connection closes:
+the gateway's real forwarding code and aiohttp pool see a real FIN on a real socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.api.errors import APIError
+from gateway.app import new_client, new_session
+from gateway.config import load_settings
+from gateway.observability import Metrics
+from gateway.upstream import discovery
+from gateway.upstream.forward import Upstreams
+from gateway.upstream.pool import Pool
+
+BODY = b'{"model":"m","prompt":"hi"}'
+ANSWER = b'{"id":"cmpl-1","object":"text_completion","choices":[]}'
+
+
+class Upstream:
+    """Answers the first ``answer_per_connection`` requests on each connection (keep-alive), then
+    closes the connection when the next request arrives on it, without a byte of response."""
+
+    def __init__(self, answer_per_connection: int):
+        self.answer_per_connection = answer_per_connection
+        self.connections = 0
+        self.requests = 0
+        self.server: asyncio.Server | None = None
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        answered = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                self.requests += 1
+                if answered == self.answer_per_connection:
+                    return  # close: the server gave up on this connection as the request came in
+                answered += 1
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+
+async def _upstreams(upstream: Upstream) -> AsyncIterator[Upstreams]:
+    upstream.server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    endpoints = {"endpoints": [{"name": "base-0", "url": upstream.url}], "models": ["m"]}
+    other = {"endpoints": [{"name": "spec-0", "url": "http://127.0.0.1:9"}], "models": ["m"]}
+    settings = load_settings(overrides={"pools": {"baseline": endpoints, "speculative": other}})
+    pools = {
+        name: Pool(name, ["m"], discovery.static_endpoints(name, cfg)) for name, cfg in settings.pools.items()
+    }
+    session = new_session()
+    client = new_client(settings, session)
+    try:
+        yield Upstreams(settings, client, session, pools, Metrics())
+    finally:
+        await client.aclose()
+        upstream.server.close()
+        await upstream.server.wait_closed()
+
+
+@pytest.fixture
+async def keepalive_closer() -> AsyncIterator[tuple[Upstreams, Upstream]]:
+    upstream = Upstream(answer_per_connection=1)
+    async for upstreams in _upstreams(upstream):
+        yield upstreams, upstream
+
+
+@pytest.fixture
+async def dropper() -> AsyncIterator[tuple[Upstreams, Upstream]]:
+    upstream = Upstream(answer_per_connection=0)
+    async for upstreams in _upstreams(upstream):
+        yield upstreams, upstream
+
+
+async def _complete(upstreams: Upstreams) -> bytes:
+    sent = await upstreams.send("/v1/completions", BODY, {}, "baseline", allow_failover=False)
+    return await upstreams.read_all(sent)
+
+
+def _sample(upstreams: Upstreams, name: str, **labels: str) -> float:
+    return upstreams.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def _errors(upstreams: Upstreams, kind: str) -> float:
+    labels = {"pool": "baseline", "endpoint": "base-0", "kind": kind}
+    return _sample(upstreams, "specroute_upstream_errors_total", **labels)
+
+
+async def test_a_keepalive_connection_closed_under_a_request_is_retried_at_no_cost_to_the_endpoint(
+    keepalive_closer,
+):
+    upstreams, upstream = keepalive_closer
+    endpoint = upstreams.pools["baseline"].endpoints[0]
+    assert await _complete(upstreams) == ANSWER
+    # The second request goes out on the pooled connection, which the server closes as it arrives.
+    assert await _complete(upstreams) == ANSWER
+    assert (upstream.connections, upstream.requests) == (2, 3)
+    assert _errors(upstreams, "dropped_connection") == 1
+    assert _errors(upstreams, "connect") == 0
+    assert endpoint.consecutive_failures == 0
+    assert _sample(upstreams, "specroute_upstream_retries_total", pool="baseline") == 0
+
+
+async def test_an_endpoint_that_drops_every_request_is_tried_twice_then_reported(dropper):
+    upstreams, upstream = dropper
+    endpoint = upstreams.pools["baseline"].endpoints[0]
+    with pytest.raises(APIError) as e:
+        await _complete(upstreams)
+    assert e.value.status == 503
+    assert (upstream.connections, upstream.requests) == (2, 2)
+    assert _errors(upstreams, "dropped_connection") == 1
+    assert _errors(upstreams, "connect") == 1
+    assert endpoint.consecutive_failures == 1
