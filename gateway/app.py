@@ -26,7 +26,7 @@ from gateway.observability import Metrics
 from gateway.routing.policy import Policy
 from gateway.upstream import discovery, health
 from gateway.upstream.forward import Upstreams
-from gateway.upstream.pool import Endpoint, Pool
+from gateway.upstream.pool import Pool
 from gateway.upstream.scrape import Scraper
 
 log = logging.getLogger("specroute")
@@ -49,7 +49,7 @@ class Gateway:
 def build_pools(settings: Settings) -> dict[PoolName, Pool]:
     pools: dict[PoolName, Pool] = {}
     for name, cfg in settings.pools.items():
-        endpoints = [Endpoint(name, e.name, e.base_url, e.weight) for e in cfg.endpoints]
+        endpoints = discovery.static_endpoints(name, cfg)
         pools[name] = Pool(
             name, list(cfg.models), endpoints, cfg.num_speculative_tokens, cfg.draft_cost_ratio
         )

@@ -16,12 +16,11 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 import pytest
 import uvicorn
 
-from gateway.app import new_client, new_session
 from gateway.config import Settings, load_settings
-from gateway.observability import Metrics
 from gateway.upstream import discovery
 from gateway.upstream.forward import Upstreams
 from gateway.upstream.pool import Endpoint, Pool
+from tests.upstream.wiring import upstreams_for
 
 HOSTNAME = "vllm-baseline.pools.svc.cluster.local"
 BODY = b'{"model":"m","prompt":"hi","stream":true}'
@@ -113,13 +112,8 @@ def _settings(interval_s: float = 10.0) -> Settings:
 @pytest.fixture
 async def gateway() -> AsyncIterator[tuple[Upstreams, Settings]]:
     settings = _settings(interval_s=0.05)
-    pools = {
-        name: Pool(name, ["m"], discovery.static_endpoints(name, cfg)) for name, cfg in settings.pools.items()
-    }
-    session = new_session()
-    client = new_client(settings, session)
-    yield Upstreams(settings, client, session, pools, Metrics()), settings
-    await client.aclose()
+    async with upstreams_for(settings) as upstreams:
+        yield upstreams, settings
 
 
 async def _send(upstreams: Upstreams) -> bytes:

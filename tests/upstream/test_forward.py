@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
 from gateway.api.errors import APIError
-from gateway.app import new_client, new_session
 from gateway.config import load_settings
-from gateway.observability import Metrics
-from gateway.upstream import discovery
 from gateway.upstream.forward import Upstreams
-from gateway.upstream.pool import Pool
+from tests.upstream.wiring import upstreams_for
 
 BODY = b'{"model":"m","prompt":"hi"}'
 ANSWER = b'{"id":"cmpl-1","object":"text_completion","choices":[]}'
@@ -65,20 +63,17 @@ class Upstream:
         return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
 
-async def _upstreams(upstream: Upstream) -> AsyncIterator[Upstreams]:
+@asynccontextmanager
+async def _serving(upstream: Upstream) -> AsyncIterator[Upstreams]:
+    """``upstream`` listening, as the baseline pool's one endpoint."""
     upstream.server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
     endpoints = {"endpoints": [{"name": "base-0", "url": upstream.url}], "models": ["m"]}
     other = {"endpoints": [{"name": "spec-0", "url": "http://127.0.0.1:9"}], "models": ["m"]}
     settings = load_settings(overrides={"pools": {"baseline": endpoints, "speculative": other}})
-    pools = {
-        name: Pool(name, ["m"], discovery.static_endpoints(name, cfg)) for name, cfg in settings.pools.items()
-    }
-    session = new_session()
-    client = new_client(settings, session)
     try:
-        yield Upstreams(settings, client, session, pools, Metrics())
+        async with upstreams_for(settings) as upstreams:
+            yield upstreams
     finally:
-        await client.aclose()
         upstream.server.close()
         await upstream.server.wait_closed()
 
@@ -86,14 +81,14 @@ async def _upstreams(upstream: Upstream) -> AsyncIterator[Upstreams]:
 @pytest.fixture
 async def keepalive_closer() -> AsyncIterator[tuple[Upstreams, Upstream]]:
     upstream = Upstream(answer_per_connection=1)
-    async for upstreams in _upstreams(upstream):
+    async with _serving(upstream) as upstreams:
         yield upstreams, upstream
 
 
 @pytest.fixture
 async def dropper() -> AsyncIterator[tuple[Upstreams, Upstream]]:
     upstream = Upstream(answer_per_connection=0)
-    async for upstreams in _upstreams(upstream):
+    async with _serving(upstream) as upstreams:
         yield upstreams, upstream
 
 
