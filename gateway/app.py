@@ -77,8 +77,8 @@ def new_session() -> aiohttp.ClientSession:
     each request); aiohttp's costs a fifth of that. No connection cap: long streams must never queue
     behind each other inside the gateway. Bodies pass through as they are (no decompression).
 
-    Idle connections are dropped after 4 s, before vLLM's server does (uvicorn's keep-alive, 5 s): a
-    request sent on a connection the server is just closing would fail and count against the endpoint.
+    Idle connections are dropped after 4 s, before vLLM's server does (uvicorn's keep-alive, 5 s), so a
+    request rarely goes out on a connection the server is just closing (forwarding then sends it again).
     """
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4, enable_cleanup_closed=True),
