@@ -1,19 +1,22 @@
-"""Gateway configuration: one YAML file, overridable from the environment.
+"""Gateway configuration: one YAML file, overridable from the environment and the command line.
 
-Environment variables use the prefix ``SPECROUTE_`` and ``__`` as the nesting separator, e.g.
+Precedence, highest first: a command-line flag, the environment, the file, the default. Environment
+variables use the prefix ``SPECROUTE_`` and ``__`` as the nesting separator, e.g.
 ``SPECROUTE_ROUTING__STRATEGY=always-baseline`` or ``SPECROUTE_AUTH__API_KEYS='["k1"]'``.
-Invalid configuration raises :class:`ConfigError` whose message names the bad field.
+Invalid configuration raises :class:`ConfigError` whose message names the bad field and where it came from.
 """
 
 from __future__ import annotations
 
+import os
+from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 PoolName = Literal["speculative", "baseline"]
 POOL_NAMES: tuple[PoolName, PoolName] = ("speculative", "baseline")
@@ -152,8 +155,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The environment wins over the file (passed as init kwargs).
-        return env_settings, init_settings
+        # Flags (init kwargs) beat the environment, which beats the file.
+        return init_settings, env_settings, _FileSource(settings_cls)
 
     @field_validator("pools")
     @classmethod
@@ -168,24 +171,70 @@ class Settings(BaseSettings):
         return list(self.pools.baseline.models)
 
 
+_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("specroute_config_file", default=None)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The YAML file's values, below the environment: the file read by :func:`load_settings`."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_DATA.get() or {})
+
+
 class ConfigError(Exception):
     """Configuration that cannot start the gateway; the message names the bad field."""
 
 
-def _format_validation_error(err: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration in {source}:"]
+def _has(data: dict[str, Any], loc: tuple[str | int, ...]) -> bool:
+    node: Any = data
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _env_name(loc: tuple[str | int, ...]) -> str | None:
+    """The environment variable that set ``loc`` (or a parent of it), if one did."""
+    for n in range(len(loc), 0, -1):
+        name = "SPECROUTE_" + "__".join(str(p).upper() for p in loc[:n])
+        if any(k.upper() == name for k in os.environ):
+            return name
+    return None
+
+
+def _where(
+    loc: tuple[str | int, ...], file: str | None, file_data: dict[str, Any], flags: dict[str, Any]
+) -> str:
+    """Which source gave the bad value, in precedence order."""
+    if _has(flags, loc):
+        return "command line"
+    env = _env_name(loc)
+    if env is not None:
+        return f"environment variable {env}"
+    if file is not None and _has(file_data, loc):
+        return file
+    return file or "defaults"
+
+
+def _format_validation_error(
+    err: ValidationError, file: str | None, file_data: dict[str, Any], flags: dict[str, Any]
+) -> str:
+    lines = ["invalid configuration:"]
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
-        lines.append(f"  {loc}: {e['msg']}")
+        loc = tuple(e["loc"])
+        key = ".".join(str(p) for p in loc) or "<root>"
+        lines.append(f"  {key}: {e['msg']} (from {_where(loc, file, file_data, flags)})")
     return "\n".join(lines)
 
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
-    """Read the YAML file at ``path`` (if any), apply ``overrides`` and the environment."""
+    """Read the YAML file at ``path`` (if any), then the environment, then ``overrides`` (flags) on top."""
     data: dict[str, Any] = {}
-    source = "environment"
     if path is not None:
-        source = str(path)
         try:
             raw = yaml.safe_load(Path(path).read_text())
         except OSError as e:
@@ -197,12 +246,21 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         if not isinstance(raw, dict):
             raise ConfigError(f"configuration {path} must be a mapping at the top level")
         data = raw
-    if overrides:
-        data = _deep_merge(data, overrides)
+    flags = overrides or {}
+    token = _FILE_DATA.set(data)
     try:
-        return Settings(**data)
+        return Settings(**flags)
     except ValidationError as e:
-        raise ConfigError(_format_validation_error(e, source)) from None
+        raise ConfigError(_format_validation_error(e, str(path) if path else None, data, flags)) from None
+    except SettingsError as e:
+        # pydantic-settings could not decode a variable (a list or mapping must be JSON there)
+        cause = f": {e.__cause__}" if e.__cause__ else ""
+        raise ConfigError(
+            f"invalid configuration in the environment: {e}{cause} "
+            "(lists and mappings are JSON, e.g. SPECROUTE_AUTH__API_KEYS='[\"k1\"]')"
+        ) from None
+    finally:
+        _FILE_DATA.reset(token)
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -100,3 +100,63 @@ def test_example_configs_load():
     assert files, "deploy/config has example configurations"
     for path in files:
         load_settings(path)
+
+
+def test_precedence_flag_over_environment_over_file(tmp_path, monkeypatch):
+    data = {**BASE, "server": {"host": "10.0.0.1", "port": 7000}, "routing": {"margin": 0.3}}
+    path = _write(tmp_path, data)
+    # the file alone
+    s = load_settings(path)
+    assert (s.server.host, s.server.port, s.routing.margin) == ("10.0.0.1", 7000, 0.3)
+    # the environment beats the file
+    monkeypatch.setenv("SPECROUTE_SERVER__HOST", "0.0.0.0")
+    s = load_settings(path)
+    assert (s.server.host, s.server.port) == ("0.0.0.0", 7000)
+    # a flag beats the environment, and leaves the rest of its section alone
+    s = load_settings(path, {"server": {"host": "127.0.0.1"}})
+    assert (s.server.host, s.server.port, s.routing.margin) == ("127.0.0.1", 7000, 0.3)
+    # the default is the last resort
+    assert load_settings(_write(tmp_path, BASE)).server.port == 8000
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "where"),
+    [
+        ("SPECROUTE_ROUTING__STRATEGY", "fastest", "environment variable SPECROUTE_ROUTING__STRATEGY"),
+        ("SPECROUTE_AUTH__API_KEYS", "k1", "environment"),
+    ],
+)
+def test_errors_name_the_environment_not_the_file(tmp_path, monkeypatch, env, value, where):
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings(_write(tmp_path, BASE))
+    assert where in str(err.value)
+    assert str(tmp_path) not in str(err.value)
+
+
+def test_errors_name_the_flag_and_the_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"server.port.*\(from command line\)"):
+        load_settings(_write(tmp_path, BASE), {"server": {"port": -5}})
+    path = _write(tmp_path, {**BASE, "routing": {"strategy": "fastest"}})
+    with pytest.raises(ConfigError, match=rf"routing.strategy.*\(from {path}\)"):
+        load_settings(path)
+
+
+def test_serve_flag_beats_environment(tmp_path):
+    """`specroute serve --host` wins over SPECROUTE_SERVER__HOST (the image sets the variable)."""
+    import subprocess
+    import sys
+
+    path = _write(tmp_path, BASE)
+    env = {**__import__("os").environ, "SPECROUTE_SERVER__PORT": "not-a-port"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    # the flag's value is the one validated (and rejected), not the environment's
+    assert proc.returncode == 2
+    assert "server.port" in proc.stderr and "command line" in proc.stderr
+    assert "Traceback" not in proc.stderr
