@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint typecheck unit test-vllm bench-compare bench-overhead train clean
+.PHONY: venv demo test lint typecheck unit test-vllm bench-compare bench-overhead train clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Debian packages the tests drive: prometheus/promtool (rules, alerts, a real scrape) and kubectl (kustomize).
+SYSTEM_PACKAGES := prometheus kubectl
+system-deps:
+	@missing=""; for b in prometheus promtool kubectl; do command -v $$b >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "run as root, or: sudo apt-get install $(SYSTEM_PACKAGES)" >&2; exit 1; fi; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SYSTEM_PACKAGES); \
+		command -v service >/dev/null && service prometheus stop >/dev/null 2>&1 || true; \
+	fi
 
 demo: $(STAMP)
 	$(BIN)/specroute demo
