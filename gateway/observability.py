@@ -225,12 +225,13 @@ class WorkersCollector(MultiProcessCollector):
     """Merges every worker's files, first dropping the live gauges of workers that exited."""
 
     def __init__(self, registry: CollectorRegistry, path: str):
-        super().__init__(registry, path)
+        super().__init__(registry, path)  # type: ignore[no-untyped-call]
         self.path = path
 
     def collect(self) -> Iterable[Metric]:
         prune_dead_workers(self.path)
-        return super().collect()
+        metrics: Iterable[Metric] = super().collect()  # type: ignore[no-untyped-call]
+        return metrics
 
 
 _LIVE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db$")
@@ -248,7 +249,7 @@ def prune_dead_workers(path: str) -> None:
     }
     for pid in pids:
         if not _alive(pid):
-            mark_process_dead(pid, path)
+            mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
 
 
 def _alive(pid: int) -> bool:

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
+
+if TYPE_CHECKING:
+    from gateway.bench.loadgen import Load
 
 bench_app = typer.Typer(
     help="Benchmark an OpenAI-compatible endpoint, the routing strategies, or the gateway's own overhead.",
@@ -51,7 +54,7 @@ def _load(
     duration: float | None,
     seed: int,
     default: int,
-):
+) -> Load:
     from gateway.bench.loadgen import Load
 
     if requests is None and duration is None:

@@ -77,7 +77,7 @@ class Usage:
             return None
         try:
             procs = [self.proc, *self.proc.children(recursive=True)]
-            return sum(p.memory_info().rss for p in procs) / 2**20
+            return float(sum(p.memory_info().rss for p in procs)) / 2**20
         except psutil.Error:
             return None
 
@@ -275,7 +275,7 @@ def execute(opts: OverheadOptions, workdir: Path | None = None) -> dict[str, Any
                 _pin(gw.popen.pid, {0})
                 _pin(emu.popen.pid, {1})
                 _pin(os.getpid(), {1})
-        report = loadgen.run_sync(_measure(direct_url, gateway_url, model, opts, usage))
+        report: dict[str, Any] = loadgen.run_sync(_measure(direct_url, gateway_url, model, opts, usage))
     finally:
         for p in reversed(procs):
             p.stop()

@@ -131,7 +131,7 @@ class TextSource:
 def _repeat_target(prompt: str) -> str:
     quoted = _QUOTED_RE.findall(prompt)
     if quoted:
-        return quoted[-1].strip()
+        return str(quoted[-1]).strip()
     text = prompt.replace("<|im_end|>", "\n").replace("<|im_start|>", "\n")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and ln.strip() not in ("user", "assistant")]
     if not lines:
