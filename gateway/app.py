@@ -7,7 +7,6 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
 
 import aiohttp
 import httpx
@@ -21,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.api import routes
 from gateway.api.errors import APIError, error_response
+from gateway.api.state import Gateway
 from gateway.config import PoolName, Settings
 from gateway.observability import Metrics
 from gateway.routing.policy import Policy
@@ -30,20 +30,6 @@ from gateway.upstream.pool import Pool
 from gateway.upstream.scrape import Scraper
 
 log = logging.getLogger("specroute")
-
-
-@dataclass
-class Gateway:
-    """Everything a request handler needs, built once per process."""
-
-    settings: Settings
-    policy: Policy
-    metrics: Metrics
-    upstreams: Upstreams
-    models: frozenset[str]
-    scraper: Scraper | None = None
-    draining: bool = False
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 def build_pools(settings: Settings) -> dict[PoolName, Pool]:

@@ -18,8 +18,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
-PoolName = Literal["speculative", "baseline"]
-POOL_NAMES: tuple[PoolName, PoolName] = ("speculative", "baseline")
+from gateway.types import POOL_NAMES, PoolName
+
+__all__ = ["POOL_NAMES", "ConfigError", "PoolName", "Settings", "Strategy", "load_settings"]
 
 
 class Strategy(StrEnum):

@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Iterable
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 from prometheus_client import (
@@ -34,8 +34,15 @@ from prometheus_client import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
-if TYPE_CHECKING:
-    from gateway.upstream.pool import Endpoint
+
+class Endpoint(Protocol):
+    """What metrics need of an upstream endpoint: its pool and name (labels)."""
+
+    @property
+    def pool(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)

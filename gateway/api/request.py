@@ -13,8 +13,7 @@ import orjson
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
-from gateway.config import POOL_NAMES, PoolName
-from gateway.routing.policy import Api
+from gateway.types import POOL_NAMES, Api, PoolName
 
 REQUIRED: dict[Api, str] = {"completions": "prompt", "chat": "messages"}
 

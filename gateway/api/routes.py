@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from starlette.background import BackgroundTask
@@ -18,8 +18,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from gateway.api import state
 from gateway.api.errors import APIError, error_response
 from gateway.api.request import check_key, forced_pool, parse_body, read_body
+from gateway.api.state import Gateway
 from gateway.observability import access_log, access_record, render
 from gateway.routing.acceptance import Measured, from_server, from_token_steps
 from gateway.routing.policy import Api, Decision, Outcome, RouteRequest
@@ -28,17 +30,13 @@ from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
 from gateway.upstream.stream import StreamMeter, request_usage
 
-if TYPE_CHECKING:
-    from gateway.app import Gateway
-
 log = logging.getLogger("specroute.api")
 T = TypeVar("T")
 PATHS: dict[Api, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 def _gateway(request: Request) -> Gateway:
-    gw: Gateway = request.app.state.gateway
-    return gw
+    return state.of(request)
 
 
 async def completions(request: Request) -> Response:

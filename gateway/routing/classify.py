@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.routing.policy import Classifier, PromptClass
+from gateway.routing.policy import Classifier
+from gateway.types import PromptClass
 
 log = logging.getLogger("specroute.routing")
 

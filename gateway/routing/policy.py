@@ -11,12 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from gateway.config import PoolName, Strategy
+from gateway.config import Strategy
+from gateway.types import Api, PoolName, PromptClass
 
-PromptClass = Literal["structured", "open-ended"]
-Api = Literal["completions", "chat"]
+__all__ = [
+    "Api",
+    "Classifier",
+    "Decision",
+    "Outcome",
+    "PoolName",
+    "Prediction",
+    "PromptClass",
+    "RouteRequest",
+]
 
 
 class Prediction(Protocol):

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from gateway.routing.policy import Api
+from gateway.types import Api
 
 _NOT_ASSEMBLED = (
     "logprobs",

@@ -1,0 +1,22 @@
+"""Names every layer shares: pools, APIs, prompt classes.
+
+The bottom of the package: it imports nothing from the gateway, and everything else may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+PoolName = Literal["speculative", "baseline"]
+"""The two pools: the same target model with speculative decoding on, and without it."""
+
+POOL_NAMES: tuple[PoolName, PoolName] = ("speculative", "baseline")
+
+OTHER_POOL: dict[PoolName, PoolName] = {"speculative": "baseline", "baseline": "speculative"}
+"""Where a request fails over to: both pools serve the same model, so only the speed changes."""
+
+Api = Literal["completions", "chat"]
+"""The OpenAI APIs the gateway classifies and routes."""
+
+PromptClass = Literal["structured", "open-ended"]
+"""What the classifier says of a prompt: predictable output (speculation helps) or open-ended prose."""
