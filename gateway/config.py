@@ -168,6 +168,9 @@ class ServerConfig(_Strict):
     )
     body_timeout_s: float = Field(default=30.0, gt=0, description="to receive a request's whole body")
     keep_alive_s: float = Field(default=5.0, gt=0, description="an idle keep-alive connection is closed")
+    max_header_bytes: int = Field(
+        default=65536, ge=1024, description="longest request line and headers; beyond it a 431"
+    )
     max_connections: int = Field(
         default=2048, ge=1, description="open connections per worker; beyond it a request gets a 503"
     )

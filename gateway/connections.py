@@ -10,6 +10,8 @@ runs) adds both rules:
 - from the moment a connection opens, and from the first byte of each further request, the request
   line and headers must arrive within ``server.header_timeout_s``; if not, the client gets a 408
   (when it had begun a request) and the connection is closed;
+- a request head longer than ``server.max_header_bytes`` gets a 431 and the connection is closed
+  (httptools sets no limit of its own: the head would grow for as long as the time-out allows);
 - a connection opened while ``server.max_connections`` are already open gets one OpenAI-shaped 503
   answer to its first request, with ``Connection: close``, and is closed. Connections already open
   are not disturbed.
@@ -33,10 +35,19 @@ from gateway.api.errors import error_body
 class ConnectionLimits:
     header_timeout_s: float = 10.0
     max_connections: int = 2048
+    max_header_bytes: int = 65536
 
 
 _REFUSED = error_body(503, "the gateway has too many open connections; try again shortly")
 _HEAD_TIMEOUT = error_body(408, "the request headers did not arrive in time")
+_HEAD_TOO_LARGE = error_body(431, "the request line and headers are too large")
+
+
+def _closing_response(status: bytes, body: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+        % (status, len(body), body)
+    )
 
 
 async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
@@ -64,6 +75,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
         self._in_head = False
+        self._head_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -75,9 +87,23 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._in_head and not self.transport.is_closing():
+            # counted only while a head is still incomplete after this read, so the body bytes that
+            # arrive with a complete head never count
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_header_bytes:
+                self._cancel_head_timer()
+                self.transport.write(
+                    _closing_response(b"431 Request Header Fields Too Large", _HEAD_TOO_LARGE)
+                )
+                self.transport.close()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
+        self._head_bytes = 0
         if self._head_timer is None:
             self._arm_head_timer()
 
@@ -104,8 +130,5 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._arm_head_timer()
             return
         if self._in_head:
-            self.transport.write(
-                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_HEAD_TIMEOUT), _HEAD_TIMEOUT)
-            )
+            self.transport.write(_closing_response(b"408 Request Timeout", _HEAD_TIMEOUT))
         self.transport.close()

@@ -36,7 +36,9 @@ def app_from_env() -> ASGIApp:
 def guard_connections(server: ServerConfig) -> None:
     """Set this process's connection limits (the protocol class reads them; see ``gateway.connections``)."""
     GuardedHttpProtocol.limits = ConnectionLimits(
-        header_timeout_s=server.header_timeout_s, max_connections=server.max_connections
+        header_timeout_s=server.header_timeout_s,
+        max_connections=server.max_connections,
+        max_header_bytes=server.max_header_bytes,
     )
 
 

@@ -87,7 +87,17 @@ HEALTH = b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n"
 
 
 def test_slow_heads_idle_connections_and_slow_bodies_are_cut() -> None:
-    with serving(header_timeout_s=0.5, body_timeout_s=0.5, keep_alive_s=0.5) as port:
+    with serving(header_timeout_s=0.5, body_timeout_s=0.5, keep_alive_s=0.5, max_header_bytes=2048) as port:
+        # a head within the limit is served; one beyond it gets a 431 and the connection is closed
+        fits = _connect(port)
+        fits.sendall(HEALTH.replace(b"\r\n\r\n", b"\r\nx-pad: " + b"a" * 1500 + b"\r\n\r\n"))
+        assert _response(fits)[0].startswith(b"HTTP/1.1 200")
+        huge = _connect(port)
+        huge.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\nx-pad: " + b"a" * 4000)
+        received = _read_until_closed(huge)
+        assert received.startswith(b"HTTP/1.1 431"), received[:100]
+        assert _error(received.partition(b"\r\n\r\n")[2])["code"] == 431
+
         # a head sent a byte at a time never completes: 408, then closed
         slow = _connect(port)
         slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n")
