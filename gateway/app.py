@@ -199,12 +199,11 @@ def fast_path(app: FastAPI) -> ASGIApp:
         except asyncio.CancelledError:
             # Only uvicorn cancels a request's task (a client's disconnect is a 499 inside the handler),
             # and only when the shutdown grace period has run out.
-            if progress.complete:
-                raise
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            await _cut_at_shutdown(progress, send)
+            if not progress.complete:  # else only the bookkeeping after the response was left
+                await _cut_at_shutdown(progress, send)
 
     return asgi
 

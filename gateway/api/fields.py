@@ -16,14 +16,14 @@ from typing import Any
 from gateway.api.errors import APIError
 from gateway.routing.policy import Api
 
-#: JSON type names, as the error messages say them
-_CHECKS: dict[str, Any] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
+#: the Python type each JSON type parses to (orjson gives exactly these; ``bool`` is not an integer here)
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
 }
 
 _COMMON: dict[str, tuple[str, ...]] = {
@@ -87,7 +87,21 @@ FIELDS: dict[Api, dict[str, tuple[str, ...]]] = {
     },
 }
 
-_STREAM_OPTIONS = {"include_usage": ("boolean",), "continuous_usage_stats": ("boolean",)}
+_STREAM_OPTIONS: dict[str, tuple[str, ...]] = {
+    "include_usage": ("boolean",),
+    "continuous_usage_stats": ("boolean",),
+}
+
+
+def _allowed(table: dict[str, tuple[str, ...]]) -> dict[str, frozenset[type]]:
+    return {name: frozenset(t for kind in kinds for t in _PY_TYPES[kind]) for name, kinds in table.items()}
+
+
+# Checked by exact type against the body's own fields (a few), not by walking every known field (~45):
+# a couple of microseconds per request instead of ten.
+_ALLOWED = {api: _allowed(table) for api, table in FIELDS.items()}
+_ALLOWED_STREAM_OPTIONS = _allowed(_STREAM_OPTIONS)
+_NONE = type(None)
 
 
 def _wrong_type(param: str, types: tuple[str, ...]) -> APIError:
@@ -95,35 +109,55 @@ def _wrong_type(param: str, types: tuple[str, ...]) -> APIError:
     return APIError(400, f"'{param}' must be {expected}", param=param)
 
 
+def _check_fields(
+    obj: Mapping[str, Any],
+    allowed: dict[str, frozenset[type]],
+    table: dict[str, tuple[str, ...]],
+    prefix: str = "",
+) -> None:
+    for name, value in obj.items():
+        types = allowed.get(name)
+        if types is not None and type(value) not in types and type(value) is not _NONE:
+            raise _wrong_type(prefix + name, table[name])
+
+
 def _check(value: Any, param: str, types: tuple[str, ...]) -> None:
-    if value is not None and not any(_CHECKS[t](value) for t in types):
+    if value is not None and not any(type(value) in _PY_TYPES[t] for t in types):
         raise _wrong_type(param, types)
 
 
 def check_types(payload: Mapping[str, Any], api: Api) -> None:
     """Raise a 400 naming the first field whose JSON type the API does not allow."""
-    for name, types in FIELDS[api].items():
-        _check(payload.get(name), name, types)
+    _check_fields(payload, _ALLOWED[api], FIELDS[api])
     opts = payload.get("stream_options")
     if isinstance(opts, dict):
-        for name, types in _STREAM_OPTIONS.items():
-            _check(opts.get(name), f"stream_options.{name}", types)
+        _check_fields(opts, _ALLOWED_STREAM_OPTIONS, _STREAM_OPTIONS, "stream_options.")
     if api == "chat":
         _check_messages(payload.get("messages"))
     else:
         _check_prompt(payload.get("prompt"))
 
 
+_CONTENT = frozenset((str, list, _NONE))
+
+
 def _check_messages(messages: Any) -> None:
-    if not isinstance(messages, list) or not messages:
+    if type(messages) is not list or not messages:
         raise APIError(400, "'messages' must be a non-empty array of messages", param="messages")
+    for m in messages:
+        if type(m) is not dict or type(m.get("role")) is not str or type(m.get("content")) not in _CONTENT:
+            _raise_for_messages(messages)
+
+
+def _raise_for_messages(messages: list[Any]) -> None:
+    """The error for the first message at fault (kept off the common path: it builds names)."""
     for i, m in enumerate(messages):
         param = f"messages[{i}]"
         if not isinstance(m, dict):
             raise APIError(400, f"'{param}' must be an object", param=param)
-        _check(m.get("role"), f"{param}.role", ("string",))
-        if not isinstance(m.get("role"), str):
+        if m.get("role") is None:
             raise APIError(400, f"'{param}.role' is a required property", param=f"{param}.role")
+        _check(m.get("role"), f"{param}.role", ("string",))
         _check(m.get("content"), f"{param}.content", ("string", "array"))
 
 
