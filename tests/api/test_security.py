@@ -53,6 +53,24 @@ def test_metrics_can_be_opened_explicitly() -> None:
         assert stack.request("GET", "/admin/routing").status_code == 401
 
 
+def test_a_metrics_key_alone_protects_only_metrics() -> None:
+    with InProcess({"auth": {"metrics_key": "scrape-key"}}) as stack:
+        assert stack.request("GET", "/metrics").status_code == 401
+        scrape = {"authorization": "Bearer scrape-key"}
+        assert stack.request("GET", "/metrics", headers=scrape).status_code == 200
+        assert stack.request("GET", "/admin/routing").status_code == 200  # no keys: open, as before
+        assert stack.request("POST", "/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_ready_names_endpoints_to_the_admin_key_too(dedicated_keys: InProcess) -> None:
+    admin = {"authorization": "Bearer admin-key"}
+    body = orjson.loads(dedicated_keys.request("GET", "/ready", headers=admin).content)
+    assert body["available_endpoints"] == {"speculative": ["spec-0"], "baseline": ["base-0"]}
+    scrape = {"authorization": "Bearer scrape-key"}
+    body = orjson.loads(dedicated_keys.request("GET", "/ready", headers=scrape).content)
+    assert body["available_endpoints"] == {"speculative": 1, "baseline": 1}
+
+
 def test_models_list_drops_the_upstreams_weight_path() -> None:
     with InProcess(emulator={"model": WEIGHTS}) as stack:
         response = stack.request("GET", "/v1/models")
@@ -98,6 +116,10 @@ def test_the_client_authorization_is_not_forwarded_unless_configured() -> None:
             stack.request("POST", "/v1/chat/completions", json=CHAT, headers=client_auth).status_code == 200
         )
         assert _upstream_auth(stack, "/v1/chat/completions") == {"Bearer client-secret"}
+    # with gateway keys, the client's header holds the gateway's key: never forwarded
+    with InProcess({"auth": {"api_keys": [API_KEY], "forward_client_authorization": True}}) as stack:
+        assert stack.request("POST", "/v1/chat/completions", json=CHAT, headers=AUTH).status_code == 200
+        assert _upstream_auth(stack, "/v1/chat/completions") == {None}
 
 
 def test_an_upstream_key_from_the_environment_goes_to_every_upstream_call(monkeypatch) -> None:
