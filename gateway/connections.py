@@ -22,6 +22,7 @@ The body is the application's to time (``server.body_timeout_s`` in :func:`gatew
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -50,8 +51,17 @@ def _closing_response(status: bytes, body: bytes) -> bytes:
     )
 
 
+#: how long a refused request's body is read before the answer, so that closing the connection on
+#: unread bytes (which resets it) does not destroy the answer before the client reads it
+REFUSE_DRAIN_S = 1.0
+
+
 async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
     """The one answer a connection beyond the cap gets."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(REFUSE_DRAIN_S):
+            while (await receive()).get("more_body", False):
+                pass
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(_REFUSED)).encode()),

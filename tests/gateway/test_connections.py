@@ -84,6 +84,11 @@ def _error(body: bytes) -> dict[str, object]:
 
 
 HEALTH = b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n"
+_PROMPT = orjson.dumps({"model": "demo-model", "prompt": "x" * 200_000})
+CHAT = b"POST /v1/completions HTTP/1.1\r\nHost: gateway\r\ncontent-length: %d\r\n\r\n%s" % (
+    len(_PROMPT),
+    _PROMPT,
+)
 
 
 def test_slow_heads_idle_connections_and_slow_bodies_are_cut() -> None:
@@ -148,12 +153,13 @@ def test_connections_beyond_the_cap_are_refused_while_open_ones_keep_working() -
             sock.sendall(HEALTH)
             assert _response(sock)[0].startswith(b"HTTP/1.1 200")
 
-        surplus = _connect(port)
-        surplus.sendall(HEALTH)
-        received = _read_until_closed(surplus)
-        head, _, rest = received.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 503") and b"connection: close" in head.lower(), head
-        assert _error(rest)["type"] == "ServiceUnavailableError"
+        for request in (HEALTH, CHAT):  # with a body too: the answer is read, not lost to a reset
+            surplus = _connect(port)
+            surplus.sendall(request)
+            received = _read_until_closed(surplus)
+            head, _, rest = received.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503") and b"connection: close" in head.lower(), head
+            assert _error(rest)["type"] == "ServiceUnavailableError"
 
         for sock in held:  # the connections already open are served as before
             sock.sendall(HEALTH)
