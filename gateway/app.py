@@ -7,6 +7,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 
 import aiohttp
 import httpx
@@ -16,15 +17,16 @@ from httpx_aiohttp import AiohttpTransport
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.api import routes
-from gateway.api.errors import APIError, error_response
+from gateway.api.errors import APIError, error_body, error_response, sse_error_event
 from gateway.api.state import Gateway
 from gateway.config import PoolName, Settings
 from gateway.observability import Metrics
 from gateway.routing.policy import Policy
 from gateway.upstream import discovery, health
+from gateway.upstream.credentials import UpstreamKeys
 from gateway.upstream.forward import Upstreams
 from gateway.upstream.pool import Pool
 from gateway.upstream.scrape import Scraper
@@ -56,7 +58,7 @@ def build_policy(
     return AdaptivePolicy.build(r.strategy, load_classifier(), r, pools, scraper, metrics)
 
 
-def new_session() -> aiohttp.ClientSession:
+def new_session(keys: UpstreamKeys | None = None) -> aiohttp.ClientSession:
     """The one upstream connection pool: aiohttp's.
 
     httpx's own pool costs about 1 ms of CPU per request here (it polls every idle connection on
@@ -65,8 +67,11 @@ def new_session() -> aiohttp.ClientSession:
 
     Idle connections are dropped after 4 s, before vLLM's server does (uvicorn's keep-alive, 5 s), so a
     request rarely goes out on a connection the server is just closing (forwarding then sends it again).
+
+    With upstream API keys configured, a middleware adds each upstream's key to every call to it.
     """
     return aiohttp.ClientSession(
+        middlewares=(keys.middleware,) if keys else (),
         connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4, enable_cleanup_closed=True),
         auto_decompress=False,
         trust_env=False,
@@ -102,10 +107,11 @@ def freeze_heap() -> None:
 def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     metrics = Metrics()
     pools = build_pools(settings)
+    keys = UpstreamKeys(settings, pools)  # read now: a missing key stops start-up, not a request
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        session = new_session()
+        session = new_session(keys)
         client = new_client(settings, session)
         scraper = Scraper(client, pools, metrics, settings.routing.scrape_interval_s)
         gw = Gateway(
@@ -153,23 +159,80 @@ def fast_path(app: FastAPI) -> ASGIApp:
 
     Every request pays for each layer of the stack; on the proxy's hot path those layers do nothing
     (the handlers validate and answer errors themselves), so they are skipped.
+
+    A request still running when the shutdown grace period ends is cancelled by uvicorn, which
+    would then answer a plain-text 500 or cut a stream mid-line; :func:`_cut_at_shutdown` answers
+    in the API's format instead.
     """
     hot = {"/v1/completions": routes.completions, "/v1/chat/completions": routes.chat_completions}
 
     async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
-        handler = hot.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if handler is None:
+        if scope["type"] != "http":
             await app(scope, receive, send)
             return
-        scope["app"] = app
+        progress = _Progress(send)
         try:
-            response = await handler(Request(scope, receive, send))
-        except Exception:
-            log.exception("unhandled error on %s", scope["path"])
-            response = error_response(500, "internal gateway error", None)
-        await response(scope, receive, send)
+            handler = hot.get(scope["path"]) if scope["method"] == "POST" else None
+            if handler is None:
+                await app(scope, receive, progress.send)
+                return
+            scope["app"] = app
+            try:
+                response = await handler(Request(scope, receive, progress.send))
+            except Exception:
+                log.exception("unhandled error on %s", scope["path"])
+                response = error_response(500, "internal gateway error", None)
+            await response(scope, receive, progress.send)
+        except asyncio.CancelledError:
+            # Only uvicorn cancels a request's task (a client's disconnect is a 499 inside the handler),
+            # and only when the shutdown grace period has run out.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            if not progress.complete:  # else only the bookkeeping after the response was left
+                await _cut_at_shutdown(progress, send)
 
     return asgi
+
+
+@dataclass(slots=True)
+class _Progress:
+    """How far a response has gone out: whether it started, as an event stream, and finished."""
+
+    downstream: Send
+    started: bool = False
+    event_stream: bool = False
+    complete: bool = False
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            for name, value in message.get("headers", ()):
+                if name.lower() == b"content-type":
+                    self.event_stream = value.startswith(b"text/event-stream")
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.complete = True
+        await self.downstream(message)
+
+
+SHUTDOWN_MESSAGE = "the gateway is shutting down; send the request again"
+
+
+async def _cut_at_shutdown(progress: _Progress, send: Send) -> None:
+    """End a request that outlived the shutdown grace period: a 503 body, or an error event in a stream."""
+    log.warning("shutdown grace period over: ending a request in flight with 503")
+    if not progress.started:
+        body = error_body(503, SHUTDOWN_MESSAGE)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+    elif progress.event_stream:
+        await send({"type": "http.response.body", "body": b"\n\n" + sse_error_event(503, SHUTDOWN_MESSAGE)})
+    # a plain body already under way cannot be changed: uvicorn closes the connection
 
 
 def _install_error_handlers(app: FastAPI) -> None:

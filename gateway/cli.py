@@ -41,10 +41,10 @@ def serve_command(
             overrides["server"][key] = value
     try:
         settings = load_settings(config, overrides)
+        serve(settings, config_path=config)
     except ConfigError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from None
-    serve(settings, config_path=config)
 
 
 @app.command("demo")

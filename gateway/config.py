@@ -34,7 +34,30 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class EndpointConfig(_Strict):
+class UpstreamKeyConfig(_Strict):
+    """Where the key of an upstream started with ``vllm serve --api-key`` is read from, never the key.
+
+    The key itself stays out of the configuration (and so out of any dump or log of it): it is read
+    once at start-up from an environment variable or a file (a mounted Kubernetes Secret).
+    """
+
+    api_key_env: str | None = Field(
+        default=None, min_length=1, description="environment variable holding the upstream's API key"
+    )
+    api_key_file: Path | None = Field(default=None, description="file holding the upstream's API key")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> UpstreamKeyConfig:
+        if self.api_key_env is not None and self.api_key_file is not None:
+            raise ValueError("set `api_key_env` or `api_key_file`, not both")
+        return self
+
+    @property
+    def has_key_source(self) -> bool:
+        return self.api_key_env is not None or self.api_key_file is not None
+
+
+class EndpointConfig(UpstreamKeyConfig):
     name: str = Field(min_length=1, max_length=64)
     url: HttpUrl
     weight: float = Field(default=1.0, gt=0)
@@ -53,7 +76,9 @@ class DiscoveryConfig(_Strict):
     interval_s: float = Field(default=10.0, gt=0)
 
 
-class PoolConfig(_Strict):
+class PoolConfig(UpstreamKeyConfig):
+    """A pool's key source applies to each of its endpoints that names none of its own."""
+
     endpoints: list[EndpointConfig] = Field(default_factory=list)
     discovery: DiscoveryConfig | None = None
     models: list[str] = Field(min_length=1, description="Served model names")
@@ -101,8 +126,20 @@ class HealthConfig(_Strict):
 
 
 class AuthConfig(_Strict):
-    api_keys: list[str] = Field(default_factory=list)
-    admin_key: str | None = None
+    api_keys: list[str] = Field(default_factory=list, description="keys clients send as a bearer token")
+    admin_key: str | None = Field(
+        default=None, description="key for /admin/*; without it, any of api_keys opens /admin/*"
+    )
+    metrics_key: str | None = Field(
+        default=None, description="key for /metrics (a Prometheus bearer token), besides api_keys"
+    )
+    metrics_public: bool = Field(
+        default=False, description="serve /metrics to anyone even when api_keys are set"
+    )
+    forward_client_authorization: bool = Field(
+        default=False,
+        description="pass the client's Authorization header upstream (only while api_keys is empty)",
+    )
 
 
 class LimitsConfig(_Strict):
@@ -130,6 +167,18 @@ class ServerConfig(_Strict):
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, description="to receive a request's line and headers once it has begun"
+    )
+    body_timeout_s: float = Field(default=30.0, gt=0, description="to receive a request's whole body")
+    keep_alive_s: float = Field(default=5.0, gt=0, description="an idle keep-alive connection is closed")
+    max_header_bytes: int = Field(
+        default=65536, ge=1024, description="longest request line and headers; beyond it a 431"
+    )
+    max_connections: int = Field(
+        default=2048, ge=1, description="open connections per worker; beyond it a request gets a 503"
+    )
+    backlog: int = Field(default=2048, ge=1, description="connections the kernel queues before accept")
 
 
 class Settings(BaseSettings):

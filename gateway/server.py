@@ -10,12 +10,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
-from gateway.config import Settings, load_settings
+from gateway.config import ServerConfig, Settings, load_settings
+from gateway.connections import ConnectionLimits, GuardedHttpProtocol
 from gateway.observability import MULTIPROC_ENV, configure_logging
 
 CONFIG_ENV = "SPECROUTE_CONFIG_FILE"
@@ -26,7 +28,40 @@ def app_from_env() -> ASGIApp:
     from gateway.app import create_app, fast_path
 
     path = os.environ.get(CONFIG_ENV)
-    return fast_path(create_app(load_settings(path)))
+    settings = load_settings(path)
+    guard_connections(settings.server)
+    return fast_path(create_app(settings))
+
+
+def guard_connections(server: ServerConfig) -> None:
+    """Set this process's connection limits (the protocol class reads them; see ``gateway.connections``)."""
+    GuardedHttpProtocol.limits = ConnectionLimits(
+        header_timeout_s=server.header_timeout_s,
+        max_connections=server.max_connections,
+        max_header_bytes=server.max_header_bytes,
+    )
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """How uvicorn runs the gateway, with every time-out and limit from ``server.*``.
+
+    uvicorn's own ``limit_concurrency`` stays off: :class:`GuardedHttpProtocol` caps connections
+    and answers beyond the cap in the API's error format.
+    """
+    server = settings.server
+    return dict(
+        host=server.host,
+        port=server.port,
+        loop="uvloop",
+        http=GuardedHttpProtocol,
+        log_level=settings.logging.level if settings.logging.level != "info" else "warning",
+        access_log=False,
+        timeout_graceful_shutdown=server.shutdown_grace_s,
+        timeout_keep_alive=server.keep_alive_s,
+        backlog=server.backlog,
+        server_header=False,
+        proxy_headers=False,
+    )
 
 
 @contextmanager
@@ -53,29 +88,22 @@ def shared_metrics_dir() -> Iterator[Path]:
 
 def serve(settings: Settings, config_path: Path | None = None) -> None:
     from gateway.app import create_app, fast_path
+    from gateway.upstream.credentials import UpstreamKeys
 
     configure_logging(settings.logging.level)
     server = settings.server
-    common = dict(
-        host=server.host,
-        port=server.port,
-        loop="uvloop",
-        http="httptools",
-        log_level=settings.logging.level if settings.logging.level != "info" else "warning",
-        access_log=False,
-        timeout_graceful_shutdown=server.shutdown_grace_s,
-        server_header=False,
-        proxy_headers=False,
-    )
+    UpstreamKeys(settings, {})  # every upstream key readable, or a ConfigError before serving
+    guard_connections(server)
+    common = uvicorn_options(settings)
     if server.workers > 1:
         if config_path is None:
             raise ValueError("several workers need a configuration file")
         os.environ[CONFIG_ENV] = str(config_path)
         with shared_metrics_dir():
-            uvicorn.run("gateway.server:app_from_env", factory=True, workers=server.workers, **common)  # type: ignore[arg-type]
+            uvicorn.run("gateway.server:app_from_env", factory=True, workers=server.workers, **common)
     else:
         app = create_app(settings)
-        graceful = DrainingServer(uvicorn.Config(fast_path(app), **common), app)  # type: ignore[arg-type]
+        graceful = DrainingServer(uvicorn.Config(fast_path(app), **common), app)
         graceful.run()
         if not graceful.started:
             sys.exit(3)  # uvicorn's start-up failure code

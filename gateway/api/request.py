@@ -1,11 +1,13 @@
-"""Validating an incoming OpenAI request: auth, size, JSON, the fields routing needs.
+"""Validating an incoming OpenAI request: auth, size, time to arrive, JSON, the type of every field.
 
-The gateway checks only what it must to route safely; every other field passes through untouched
-and the upstream validates it (its 4xx bodies reach the client unchanged).
+The gateway checks the JSON type of each field the API defines (see :mod:`gateway.api.fields`) and
+the model name; values and unknown fields pass through untouched and the upstream validates them
+(its 4xx bodies reach the client unchanged).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from typing import Any
 
@@ -13,12 +15,14 @@ import orjson
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
+from gateway.api.fields import check_types
 from gateway.types import POOL_NAMES, Api, PoolName
 
 REQUIRED: dict[Api, str] = {"completions": "prompt", "chat": "messages"}
 
 
 def check_key(request: Request, keys: list[str], what: str = "API key") -> None:
+    """Raise a 401 unless the request's bearer token is one of ``keys`` (none: no check)."""
     if not keys:
         return
     auth = request.headers.get("authorization", "")
@@ -33,7 +37,35 @@ def check_key(request: Request, keys: list[str], what: str = "API key") -> None:
 _CHALLENGE = {"www-authenticate": "Bearer"}
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+def has_key(request: Request, keys: list[str]) -> bool:
+    """Whether the request carries one of ``keys``; never raises."""
+    if not keys:
+        return False
+    try:
+        check_key(request, keys)
+    except APIError:
+        return False
+    return True
+
+
+async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
+    """The whole body, at most ``limit`` bytes, arrived within ``timeout_s``.
+
+    A client that sends its body slowly (or declares more than it sends) would otherwise hold a
+    connection and a task for as long as it likes; it gets a 408 and the connection is closed.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_body(request, limit)
+    except TimeoutError:
+        raise APIError(
+            408,
+            f"the request body did not arrive within {timeout_s:g} s",
+            headers={"connection": "close"},
+        ) from None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
     length = request.headers.get("content-length")
     if length is not None:
         try:
@@ -62,21 +94,14 @@ def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise APIError(400, "request body must be a JSON object")
     field = REQUIRED[api]
-    value = payload.get(field)
-    if value is None:
+    if payload.get(field) is None:
         raise APIError(400, f"'{field}' is a required property", param=field)
-    if api == "chat":
-        if not isinstance(value, list) or not value:
-            raise APIError(400, "'messages' must be a non-empty array of messages", param="messages")
-    elif not isinstance(value, (str, list)):
-        raise APIError(400, "'prompt' must be a string or an array", param="prompt")
+    check_types(payload, api)
     model = payload.get("model")
     if model is not None and model not in models:
         known = ", ".join(sorted(models))
-        raise APIError(404, f"The model `{model}` does not exist. Valid models: {known}.", param="model")
-    stream = payload.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise APIError(400, "'stream' must be a boolean", param="stream")
+        shown = model if len(model) <= 256 else model[:256] + "..."
+        raise APIError(404, f"The model `{shown}` does not exist. Valid models: {known}.", param="model")
     return payload
 
 

@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
 from gateway.api.errors import APIError, error_response
-from gateway.api.request import check_key, forced_pool, parse_body, read_body
+from gateway.api.request import check_key, forced_pool, has_key, parse_body, read_body
 from gateway.api.state import Gateway
 from gateway.observability import access_log, access_record, render
 from gateway.routing.acceptance import Measured, from_server, from_token_steps
@@ -82,7 +82,7 @@ async def _handle(request: Request, api: Api) -> Response:
     ex = Exchange(gw, api, perf_counter(), request.headers.get("x-request-id") or os.urandom(8).hex())
     try:
         check_key(request, gw.settings.auth.api_keys)
-        body = await read_body(request, gw.settings.limits.max_body_bytes)
+        body = await read_body(request, gw.settings.limits.max_body_bytes, gw.settings.server.body_timeout_s)
         payload = ex.payload = parse_body(body, api, gw.models)
         forced = forced_pool(request, gw.settings.routing.allow_pool_override)
         decision = ex.decision = gw.policy.decide(RouteRequest(payload, api, forced))
@@ -96,7 +96,9 @@ async def _handle(request: Request, api: Api) -> Response:
             "accept-encoding": "identity",
             "x-request-id": ex.request_id,
         }
-        if not gw.settings.auth.api_keys and "authorization" in request.headers:
+        auth = gw.settings.auth
+        if auth.forward_client_authorization and not auth.api_keys and "authorization" in request.headers:
+            # an upstream key configured for the endpoint replaces it (see upstream.credentials)
             headers["authorization"] = request.headers["authorization"]
         meter: StreamMeter | None = None
         if payload.get("stream") is True:
@@ -113,7 +115,8 @@ async def _handle(request: Request, api: Api) -> Response:
     except APIError as e:
         _finish(ex, None, e.status)
         pool = ex.decision.pool if ex.decision else ""
-        return error_response(e.status, e.message, e.param, {**e.headers, **ex.headers(pool)})
+        message = f"{e.message} (request id {ex.request_id})" if e.status >= 500 else e.message
+        return error_response(e.status, message, e.param, {**e.headers, **ex.headers(pool)})
 
     out_headers = ex.headers(sent.pool)
     if sent.pool != decision.pool:
@@ -348,7 +351,12 @@ def _finish(
 
 
 async def models(request: Request) -> Response:
-    """One entry per served model, with the upstream's own fields where an endpoint answers."""
+    """One entry per served model, with the upstream's own fields where an endpoint answers.
+
+    Only fields that describe the model are kept: vLLM's ``root`` is the path of the weights on the
+    upstream's disk (kept only when it is a model name), and ``parent`` and ``permission`` say
+    nothing a client needs.
+    """
     gw = _gateway(request)
     check_key(request, gw.settings.auth.api_keys)
     entries: dict[str, dict[str, Any]] = {}
@@ -360,7 +368,7 @@ async def models(request: Request) -> Response:
             resp = await gw.upstreams.client.get(ep.base_url + "/v1/models", timeout=2.0)
             for m in resp.json().get("data", []):
                 if isinstance(m, dict) and m.get("id") in gw.models:
-                    entries.setdefault(m["id"], m)
+                    entries.setdefault(m["id"], _public_model(m))
         except Exception:  # an unreachable endpoint only loses the detail, never the entry
             continue
     now = int(time.time())
@@ -370,13 +378,39 @@ async def models(request: Request) -> Response:
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
+_MODEL_FIELDS = ("id", "object", "created", "owned_by", "max_model_len")
+
+
+def _public_model(entry: dict[str, Any]) -> dict[str, Any]:
+    out = {k: entry[k] for k in _MODEL_FIELDS if k in entry}
+    root = entry.get("root")
+    if isinstance(root, str) and not _looks_like_path(root):
+        out["root"] = root
+    return out
+
+
+def _looks_like_path(value: str) -> bool:
+    """A local path (absolute, relative or Windows), as opposed to a hub name like ``org/model``."""
+    return value.startswith(("/", "./", "../", "~")) or "\\" in value or (len(value) > 1 and value[1] == ":")
+
+
 async def health(request: Request) -> Response:
     return Response(b'{"status":"ok"}', media_type="application/json")
 
 
 async def ready(request: Request) -> Response:
+    """Whether every model has an endpoint; endpoint names only to a caller with a key.
+
+    Unauthenticated (a load balancer's probe) it shows counts, so nothing about the upstreams'
+    layout leaks; with an API or admin key it names the available endpoints.
+    """
     gw = _gateway(request)
-    pools = {name: [e.name for e in p.available()] for name, p in gw.upstreams.pools.items()}
+    auth = gw.settings.auth
+    named = has_key(request, [*auth.api_keys, *([auth.admin_key] if auth.admin_key else [])])
+    pools: dict[str, Any] = {
+        name: [e.name for e in p.available()] if named else len(p.available())
+        for name, p in gw.upstreams.pools.items()
+    }
     missing = [
         m
         for m in gw.models
@@ -389,7 +423,16 @@ async def ready(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    """Prometheus metrics: with API keys set, for a caller with ``auth.metrics_key`` or an API key.
+
+    ``auth.metrics_public`` opens it for scrapers that cannot send a bearer token.
+    """
     gw = _gateway(request)
+    auth = gw.settings.auth
+    if auth.api_keys and not auth.metrics_public:
+        check_key(request, [*auth.api_keys, *([auth.metrics_key] if auth.metrics_key else [])])
+    elif auth.metrics_key and not auth.metrics_public:
+        check_key(request, [auth.metrics_key], "metrics key")
     if gw.scraper is not None:
         gw.scraper.export()
     for pool in gw.upstreams.pools.values():
@@ -400,11 +443,16 @@ async def metrics(request: Request) -> Response:
 
 
 async def admin_routing(request: Request) -> Response:
-    """Live routing state: estimates per kind, the speedup model, endpoints as scraped, decision counts."""
+    """Live routing state: estimates per kind, the speedup model, endpoints as scraped, decision counts.
+
+    Needs ``auth.admin_key`` when one is set, else (with API keys set) any API key.
+    """
     gw = _gateway(request)
-    key = gw.settings.auth.admin_key
-    if key:
-        check_key(request, [key], "admin key")
+    auth = gw.settings.auth
+    if auth.admin_key:
+        check_key(request, [auth.admin_key], "admin key")
+    else:
+        check_key(request, auth.api_keys)
     snapshot = getattr(gw.policy, "snapshot", None)
     state: dict[str, Any] = snapshot() if callable(snapshot) else {"strategy": gw.policy.strategy.value}
     return Response(orjson.dumps(state), media_type="application/json")

@@ -7,6 +7,10 @@ traffic); one that disappears is drained — it takes no new requests, its in-fl
 on the :class:`~gateway.upstream.pool.Endpoint` object they hold, and it is forgotten once idle.
 A failed resolution keeps the last known list: a DNS hiccup must not empty a pool, and a Pod that
 really went away is taken out by the health checks meanwhile.
+
+A discovered endpoint is named ``<pool>-<n>``, a number given to its address the first time the pool
+sees it and kept for as long as the pool lives. Endpoint names reach metrics labels, ``/ready`` and
+the admin view; addresses stay in the gateway's own log (the line saying which address joined).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
@@ -44,10 +49,26 @@ async def resolve_dns(hostname: str, port: int) -> list[tuple[str, int]]:
     )
 
 
-def endpoint_for(pool: PoolName, discovery: DiscoveryConfig, address: str, port: int) -> Endpoint:
-    """Named ``<pool>-<address>:<port>``: stable across refreshes, and no more names than Pods."""
+def endpoint_for(pool: PoolName, discovery: DiscoveryConfig, address: str, port: int, name: str) -> Endpoint:
     host = f"[{address}]" if ":" in address else address
-    return Endpoint(pool, f"{pool}-{host}:{port}", f"{discovery.scheme}://{host}:{port}")
+    return Endpoint(pool, name, f"{discovery.scheme}://{host}:{port}")
+
+
+#: per pool, the name given to each address it has discovered
+_NAMES: weakref.WeakKeyDictionary[Pool, dict[tuple[str, int], str]] = weakref.WeakKeyDictionary()
+
+
+def discovered_name(pool: Pool, address: str, port: int, taken: set[str]) -> str:
+    """``<pool>-<n>`` for this address: the same every time, and no name in ``taken`` (static ones)."""
+    names = _NAMES.setdefault(pool, {})
+    name = names.get((address, port))
+    if name is None:
+        used = set(names.values()) | taken
+        n = len(names)
+        while f"{pool.name}-{n}" in used:
+            n += 1
+        name = names[(address, port)] = f"{pool.name}-{n}"
+    return name
 
 
 def static_endpoints(pool: PoolName, cfg: PoolConfig) -> list[Endpoint]:
@@ -78,11 +99,15 @@ async def refresh_pool(
         return []
     wanted = static_endpoints(pool.name, cfg)
     seen = {e.base_url for e in wanted}
+    static_names = {e.name for e in wanted}
+    addresses: dict[str, str] = {}
     for address, port in found:
-        ep = endpoint_for(pool.name, cfg.discovery, address, port)
+        name = discovered_name(pool, address, port, static_names)
+        ep = endpoint_for(pool.name, cfg.discovery, address, port, name)
         if ep.base_url not in seen:
             seen.add(ep.base_url)
             wanted.append(ep)
+            addresses[ep.base_url] = f"{address}:{port}"
     known = {e.base_url for e in pool.endpoints}
     new = [e for e in wanted if e.base_url not in known]
     # Checked before the list changes: a new endpoint takes traffic only after it has answered once.
@@ -90,7 +115,11 @@ async def refresh_pool(
     gone = pool.set_endpoints(wanted)
     for e in new:
         log.info(
-            "pool %s: endpoint %s joined (%s)", pool.name, e.name, "healthy" if e.healthy else "unhealthy"
+            "pool %s: endpoint %s joined at %s (%s)",
+            pool.name,
+            e.name,
+            addresses.get(e.base_url, e.base_url),
+            "healthy" if e.healthy else "unhealthy",
         )
     for e in gone:
         log.info(

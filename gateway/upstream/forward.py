@@ -138,18 +138,16 @@ class Upstreams:
                         raise _ClosedEarly
                 return Sent(endpoint, response, first, chunks, retries=attempt)
             except _UpstreamStatus as e:
-                kind, last_error = "status_5xx", _reported_status(e.status, e.body)
+                kind, last_error = "status_5xx", _reported_status(e.status, e.body, endpoint)
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
                 kind = "connect"
-                last_error = APIError(
-                    503, f"no upstream endpoint could be reached (last tried: {endpoint.name})"
-                )
+                last_error = APIError(503, "no upstream endpoint could be reached")
             except TimeoutError:
                 kind = "timeout"
-                last_error = APIError(504, f"upstream endpoint {endpoint.name} sent nothing in time")
+                last_error = APIError(504, "the upstream sent nothing in time")
             except aiohttp.ClientError as e:
                 kind = "protocol"
-                last_error = APIError(502, f"upstream endpoint {endpoint.name} failed: {type(e).__name__}")
+                last_error = APIError(502, f"the upstream connection failed: {type(e).__name__}")
             except BaseException:  # cancelled: the client went away; closing aborts the upstream request
                 self._busy(endpoint, -1)
                 if response is not None:
@@ -254,11 +252,11 @@ class Upstreams:
             complete = True
         except TimeoutError:
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "timeout").inc()
-            raise APIError(504, f"upstream endpoint {sent.endpoint.name} stopped sending") from None
+            raise APIError(504, "the upstream stopped sending") from None
         except aiohttp.ClientError:
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "stream").inc()
             sent.endpoint.record_failure(self.settings.health)
-            raise APIError(502, f"upstream endpoint {sent.endpoint.name} broke the connection") from None
+            raise APIError(502, "the upstream broke the connection") from None
         finally:
             self._busy(sent.endpoint, -1)
             _close(sent.response, complete)
@@ -291,13 +289,17 @@ class _UpstreamStatus(Exception):
         self.body = body
 
 
-def _reported_status(status: int, body: bytes) -> APIError:
-    """A 5xx that will not be retried again: say which endpoint, keep the upstream's message."""
-    message = f"upstream returned HTTP {status}"
+def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> APIError:
+    """A 5xx that will not be retried again: the status and a generic message for the client.
+
+    The upstream's own text (a stack trace, a path, an internal address) goes to the log only.
+    """
+    text = body[:2000].decode("utf-8", "replace")
     try:
         err = orjson.loads(body).get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            message += f": {err['message']}"
+            text = err["message"][:2000]
     except (orjson.JSONDecodeError, AttributeError):
         pass
-    return APIError(status if status in (502, 503, 504) else 502, message)
+    log.warning("%s/%s returned HTTP %d: %s", endpoint.pool, endpoint.name, status, text)
+    return APIError(status if status in (502, 503, 504) else 502, f"the upstream returned HTTP {status}")

@@ -157,18 +157,57 @@ def test_sigterm_lets_a_live_stream_finish_and_refuses_new_connections(emulator,
     assert "timeout graceful shutdown exceeded" not in gateway.log()
 
 
-def test_a_stream_longer_than_the_grace_period_does_not_delay_exit(emulator, workdir):
+class Plain(threading.Thread):
+    """A non-streamed completion waited for in the background."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url = url
+        self.response: httpx.Response | None = None
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        payload = {"model": MODEL, "prompt": "Tell a long story.", "max_tokens": TOKENS, "ignore_eos": True}
+        try:
+            self.response = httpx.post(self.url + "/v1/completions", json=payload, timeout=60)
+        except Exception as e:
+            self.error = e
+
+
+def _running(emulator: stack.Process) -> int:
+    return int(httpx.get(emulator.url + "/emulator/state", timeout=5).json()["counters"]["running"])
+
+
+def test_requests_longer_than_the_grace_period_end_in_the_apis_format_without_delaying_exit(
+    emulator, workdir
+):
     grace_s = 1.0
     gateway = stack.start_gateway(_config(emulator, grace_s), workdir, "gateway-short")
     with stack.running(gateway):
         stream = _start_stream(gateway)
+        plain = Plain(gateway.url)
+        plain.start()
+        deadline = time.monotonic() + 30
+        while _running(emulator) < 2 and time.monotonic() < deadline:  # both in flight upstream
+            time.sleep(0.05)
+        assert _running(emulator) >= 2
 
         gateway.popen.send_signal(signal.SIGTERM)
         gateway.popen.wait(grace_s + EXIT_MARGIN_S)
 
         stream.join(10)
-        assert not stream.is_alive()
-        assert not stream.body.endswith(b"data: [DONE]\n\n"), "the stream was expected to be cut"
+        plain.join(10)
+        assert not stream.is_alive() and not plain.is_alive()
+        # the stream was cut: an error event, then the end of the stream
+        assert stream.error is None, stream.error
+        events = stream.events()
+        assert events[-1] == b"[DONE]"
+        assert orjson.loads(events[-2])["error"]["code"] == 503
+        # the non-streamed request: an OpenAI-shaped 503, not uvicorn's plain-text 500
+        assert plain.error is None and plain.response is not None, plain.error
+        assert plain.response.status_code == 503
+        assert plain.response.headers["content-type"] == "application/json"
+        assert plain.response.json()["error"]["type"] == "ServiceUnavailableError"
     assert "timeout graceful shutdown exceeded" in gateway.log()
 
 

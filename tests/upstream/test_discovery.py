@@ -134,7 +134,7 @@ async def test_a_discovery_only_pool_fills_at_refresh_and_a_new_endpoint_takes_t
 
     dns.records = [a]
     await discovery.refresh(upstreams.client, upstreams.pools, settings, dns)
-    assert _names(pool) == [f"baseline-127.0.0.2:{a.port}"]
+    assert _names(pool) == ["baseline-0"]
     assert pool.endpoints[0].base_url == f"http://127.0.0.2:{a.port}"
     assert _names(upstreams.pools["speculative"]) == ["spec-0"]
     for _ in range(4):
@@ -236,7 +236,7 @@ async def test_run_follows_the_service_and_reports_drained_endpoints(pods, gatew
         async for _ in upstreams.relay(sent, None, lambda s, failed: None):
             pass
         await _until(lambda: bool(removed))
-        assert [e.name for e in removed] == [f"baseline-127.0.0.2:{a.port}"]
+        assert [e.name for e in removed] == ["baseline-0"]
         assert not task.done()
     finally:
         task.cancel()
@@ -251,11 +251,20 @@ async def test_default_resolver_uses_the_system_resolver():
         await discovery.resolve_dns("no-such-host.invalid", 8000)
 
 
-def test_endpoint_names_and_urls_for_ipv6():
+def test_endpoint_urls_for_ipv6():
     cfg = _settings().pools.baseline.discovery
     assert cfg is not None
-    ep = discovery.endpoint_for("baseline", cfg, "fd00::1", 8000)
-    assert (ep.name, ep.base_url) == ("baseline-[fd00::1]:8000", "http://[fd00::1]:8000")
+    ep = discovery.endpoint_for("baseline", cfg, "fd00::1", 8000, "baseline-0")
+    assert (ep.name, ep.base_url) == ("baseline-0", "http://[fd00::1]:8000")
+
+
+def test_discovered_names_carry_no_address_and_stay_with_their_address():
+    pool = Pool("baseline", ["m"])
+    first = discovery.discovered_name(pool, "10.0.0.7", 8000, {"baseline-1"})
+    second = discovery.discovered_name(pool, "fd00::1", 8000, {"baseline-1"})
+    assert (first, second) == ("baseline-0", "baseline-2")  # a static endpoint's name is skipped
+    assert discovery.discovered_name(pool, "10.0.0.7", 8000, {"baseline-1"}) == first
+    assert discovery.discovered_name(Pool("baseline", ["m"]), "fd00::1", 8000, set()) == "baseline-0"
 
 
 async def _until(condition: Callable[[], bool], limit_s: float = 10.0) -> None:

@@ -1,0 +1,186 @@
+"""The JSON type of every request field the OpenAI and vLLM APIs define, checked before routing.
+
+The gateway reads some of these fields itself (``model``, ``stream``, ``stream_options``, ``n``, the
+prompt) and the classifier reads more; a field of the wrong type would otherwise reach code that
+assumes its type, or go upstream only to come back as a 400 after a routing decision was counted.
+Only the type is checked here: values (a negative ``max_tokens``, an unknown role) are the upstream's
+to judge, and its 4xx reaches the client unchanged. Fields not listed pass through untouched: vLLM
+accepts many extras. ``null`` is accepted for every optional field, as the OpenAI API does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.api.errors import APIError
+from gateway.routing.policy import Api
+
+#: the Python type each JSON type parses to (orjson gives exactly these; ``bool`` is not an integer here)
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+_COMMON: dict[str, tuple[str, ...]] = {
+    "model": ("string",),
+    "stream": ("boolean",),
+    "stream_options": ("object",),
+    "max_tokens": ("integer",),
+    "min_tokens": ("integer",),
+    "n": ("integer",),
+    "best_of": ("integer",),
+    "temperature": ("number",),
+    "top_p": ("number",),
+    "top_k": ("integer",),
+    "min_p": ("number",),
+    "presence_penalty": ("number",),
+    "frequency_penalty": ("number",),
+    "repetition_penalty": ("number",),
+    "length_penalty": ("number",),
+    "seed": ("integer",),
+    "stop": ("string", "array"),
+    "stop_token_ids": ("array",),
+    "user": ("string",),
+    "ignore_eos": ("boolean",),
+    "logit_bias": ("object",),
+    "response_format": ("object",),
+    "top_logprobs": ("integer",),
+    "skip_special_tokens": ("boolean",),
+    "spaces_between_special_tokens": ("boolean",),
+    "include_stop_str_in_output": ("boolean",),
+    "guided_json": ("string", "object"),
+    "guided_regex": ("string",),
+    "guided_choice": ("array",),
+    "guided_grammar": ("string",),
+    "structured_outputs": ("object",),
+    "priority": ("integer",),
+    "request_id": ("string",),
+}
+
+FIELDS: dict[Api, dict[str, tuple[str, ...]]] = {
+    "chat": {
+        **_COMMON,
+        "messages": ("array",),
+        "max_completion_tokens": ("integer",),
+        "logprobs": ("boolean",),
+        "tools": ("array",),
+        "tool_choice": ("string", "object"),
+        "parallel_tool_calls": ("boolean",),
+        "functions": ("array",),
+        "function_call": ("string", "object"),
+        "chat_template": ("string",),
+        "chat_template_kwargs": ("object",),
+        "add_generation_prompt": ("boolean",),
+        "continue_final_message": ("boolean",),
+    },
+    "completions": {
+        **_COMMON,
+        "prompt": ("string", "array"),
+        "logprobs": ("integer",),
+        "echo": ("boolean",),
+        "suffix": ("string",),
+    },
+}
+
+_STREAM_OPTIONS: dict[str, tuple[str, ...]] = {
+    "include_usage": ("boolean",),
+    "continuous_usage_stats": ("boolean",),
+}
+
+
+def _allowed(table: dict[str, tuple[str, ...]]) -> dict[str, frozenset[type]]:
+    return {name: frozenset(t for kind in kinds for t in _PY_TYPES[kind]) for name, kinds in table.items()}
+
+
+# Checked by exact type against the body's own fields (a few), not by walking every known field (~45):
+# a couple of microseconds per request instead of ten.
+_ALLOWED = {api: _allowed(table) for api, table in FIELDS.items()}
+_ALLOWED_STREAM_OPTIONS = _allowed(_STREAM_OPTIONS)
+_NONE = type(None)
+
+
+def _wrong_type(param: str, types: tuple[str, ...]) -> APIError:
+    expected = " or ".join(f"a{'n' if t[0] in 'aeiou' else ''} {t}" for t in types)
+    return APIError(400, f"'{param}' must be {expected}", param=param)
+
+
+def _check_fields(
+    obj: Mapping[str, Any],
+    allowed: dict[str, frozenset[type]],
+    table: dict[str, tuple[str, ...]],
+    prefix: str = "",
+) -> None:
+    for name, value in obj.items():
+        types = allowed.get(name)
+        if types is not None and type(value) not in types and type(value) is not _NONE:
+            raise _wrong_type(prefix + name, table[name])
+
+
+def _check(value: Any, param: str, types: tuple[str, ...]) -> None:
+    if value is not None and not any(type(value) in _PY_TYPES[t] for t in types):
+        raise _wrong_type(param, types)
+
+
+def check_types(payload: Mapping[str, Any], api: Api) -> None:
+    """Raise a 400 naming the first field whose JSON type the API does not allow."""
+    _check_fields(payload, _ALLOWED[api], FIELDS[api])
+    opts = payload.get("stream_options")
+    if isinstance(opts, dict):
+        _check_fields(opts, _ALLOWED_STREAM_OPTIONS, _STREAM_OPTIONS, "stream_options.")
+    if api == "chat":
+        _check_messages(payload.get("messages"))
+    else:
+        _check_prompt(payload.get("prompt"))
+
+
+_CONTENT = frozenset((str, list, _NONE))
+
+
+def _check_messages(messages: Any) -> None:
+    if type(messages) is not list or not messages:
+        raise APIError(400, "'messages' must be a non-empty array of messages", param="messages")
+    for m in messages:
+        if type(m) is not dict or type(m.get("role")) is not str or type(m.get("content")) not in _CONTENT:
+            _raise_for_messages(messages)
+
+
+def _raise_for_messages(messages: list[Any]) -> None:
+    """The error for the first message at fault (kept off the common path: it builds names)."""
+    for i, m in enumerate(messages):
+        param = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise APIError(400, f"'{param}' must be an object", param=param)
+        if m.get("role") is None:
+            raise APIError(400, f"'{param}.role' is a required property", param=f"{param}.role")
+        _check(m.get("role"), f"{param}.role", ("string",))
+        _check(m.get("content"), f"{param}.content", ("string", "array"))
+
+
+def _check_prompt(prompt: Any) -> None:
+    """A string, or a non-empty array of strings, of token ids, or of arrays of token ids."""
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt) or all(_token_ids(p) for p in prompt):
+            return
+        if _token_ids(prompt):
+            return
+    raise APIError(
+        400,
+        "'prompt' must be a string, an array of strings, an array of token ids "
+        "or an array of arrays of token ids",
+        param="prompt",
+    )
+
+
+def _token_ids(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    )

@@ -1,0 +1,144 @@
+"""Client connections the gateway will not hold forever: a time limit on request heads, a cap on count.
+
+uvicorn closes a keep-alive connection that stays idle after a response (``timeout_keep_alive``),
+but its timer stops at the first byte received and never runs on a connection that has not sent a
+request yet: a client that opens connections and sends nothing, or sends its headers a byte at a
+time, holds each one for as long as it likes. Its ``limit_concurrency`` answers a plain-text 503
+and counts tasks as well as connections. This protocol (uvicorn's httptools one, which the gateway
+runs) adds both rules:
+
+- from the moment a connection opens, and from the first byte of each further request, the request
+  line and headers must arrive within ``server.header_timeout_s``; if not, the client gets a 408
+  (when it had begun a request) and the connection is closed;
+- a request head longer than ``server.max_header_bytes`` gets a 431 and the connection is closed
+  (httptools sets no limit of its own: the head would grow for as long as the time-out allows);
+- a connection opened while ``server.max_connections`` are already open gets one OpenAI-shaped 503
+  answer to its first request, with ``Connection: close``, and is closed. Connections already open
+  are not disturbed.
+
+The body is the application's to time (``server.body_timeout_s`` in :func:`gateway.api.request.read_body`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.api.errors import error_body
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    header_timeout_s: float = 10.0
+    max_connections: int = 2048
+    max_header_bytes: int = 65536
+
+
+_REFUSED = error_body(503, "the gateway has too many open connections; try again shortly")
+_HEAD_TIMEOUT = error_body(408, "the request headers did not arrive in time")
+_HEAD_TOO_LARGE = error_body(431, "the request line and headers are too large")
+
+
+def _closing_response(status: bytes, body: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+        % (status, len(body), body)
+    )
+
+
+#: how long a refused request's body is read before the answer, so that closing the connection on
+#: unread bytes (which resets it) does not destroy the answer before the client reads it
+REFUSE_DRAIN_S = 1.0
+
+
+async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+    """The one answer a connection beyond the cap gets."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(REFUSE_DRAIN_S):
+            while (await receive()).get("more_body", False):
+                pass
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(_REFUSED)).encode()),
+        (b"connection", b"close"),
+        (b"retry-after", b"1"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": _REFUSED})
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a request-head timeout and a connection cap.
+
+    The limits are class-wide: uvicorn builds the protocol from a class (passed by name to worker
+    processes), so each process sets them once before serving (see :mod:`gateway.server`).
+    """
+
+    limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._in_head = False
+        self._head_bytes = 0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self.app = refuse
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._in_head and not self.transport.is_closing():
+            # counted only while a head is still incomplete after this read, so the body bytes that
+            # arrive with a complete head never count
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_header_bytes:
+                self._cancel_head_timer()
+                self.transport.write(
+                    _closing_response(b"431 Request Header Fields Too Large", _HEAD_TOO_LARGE)
+                )
+                self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = 0
+        if self._head_timer is None:
+            self._arm_head_timer()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def _arm_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # a pipelined request's head is arriving while the previous response is still going out:
+            # that response is not cut; the head gets another period
+            self._arm_head_timer()
+            return
+        if self._in_head:
+            self.transport.write(_closing_response(b"408 Request Timeout", _HEAD_TIMEOUT))
+        self.transport.close()

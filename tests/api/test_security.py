@@ -1,0 +1,163 @@
+"""What a caller without a key can see and reach, and what reaches the upstreams and back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from tests.api.conftest import API_KEY, MODEL, InProcess
+
+AUTH = {"authorization": f"Bearer {API_KEY}"}
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
+WEIGHTS = "/mnt/models/llama-3-8b-instruct"
+
+
+def test_metrics_and_admin_need_an_api_key_when_keys_are_set(gateway: InProcess) -> None:
+    for path in ("/metrics", "/admin/routing"):
+        assert gateway.request("GET", path).status_code == 401, path
+        assert gateway.request("GET", path, headers={"authorization": "Bearer wrong"}).status_code == 401
+        assert gateway.request("GET", path, headers=AUTH).status_code == 200, path
+
+
+def test_ready_shows_counts_to_anyone_and_names_to_a_key_holder(gateway: InProcess) -> None:
+    anonymous = orjson.loads(gateway.request("GET", "/ready").content)
+    assert anonymous["available_endpoints"] == {"speculative": 1, "baseline": 1}
+    named = orjson.loads(gateway.request("GET", "/ready", headers=AUTH).content)
+    assert named["available_endpoints"] == {"speculative": ["spec-0"], "baseline": ["base-0"]}
+
+
+@pytest.fixture(scope="module")
+def dedicated_keys() -> Iterator[InProcess]:
+    auth = {"api_keys": [API_KEY], "admin_key": "admin-key", "metrics_key": "scrape-key"}
+    with InProcess({"auth": auth}) as stack:
+        yield stack
+
+
+def test_dedicated_metrics_and_admin_keys(dedicated_keys: InProcess) -> None:
+    def status(path: str, key: str) -> int:
+        return dedicated_keys.request("GET", path, headers={"authorization": f"Bearer {key}"}).status_code
+
+    assert status("/metrics", "scrape-key") == 200
+    assert status("/metrics", API_KEY) == 200
+    assert status("/metrics", "admin-key") == 401
+    assert status("/admin/routing", "admin-key") == 200
+    assert status("/admin/routing", API_KEY) == 401
+    assert status("/admin/routing", "scrape-key") == 401
+
+
+def test_metrics_can_be_opened_explicitly() -> None:
+    with InProcess({"auth": {"api_keys": [API_KEY], "metrics_public": True}}) as stack:
+        assert stack.request("GET", "/metrics").status_code == 200
+        assert stack.request("GET", "/admin/routing").status_code == 401
+
+
+def test_a_metrics_key_alone_protects_only_metrics() -> None:
+    with InProcess({"auth": {"metrics_key": "scrape-key"}}) as stack:
+        assert stack.request("GET", "/metrics").status_code == 401
+        scrape = {"authorization": "Bearer scrape-key"}
+        assert stack.request("GET", "/metrics", headers=scrape).status_code == 200
+        assert stack.request("GET", "/admin/routing").status_code == 200  # no keys: open, as before
+        assert stack.request("POST", "/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_ready_names_endpoints_to_the_admin_key_too(dedicated_keys: InProcess) -> None:
+    admin = {"authorization": "Bearer admin-key"}
+    body = orjson.loads(dedicated_keys.request("GET", "/ready", headers=admin).content)
+    assert body["available_endpoints"] == {"speculative": ["spec-0"], "baseline": ["base-0"]}
+    scrape = {"authorization": "Bearer scrape-key"}
+    body = orjson.loads(dedicated_keys.request("GET", "/ready", headers=scrape).content)
+    assert body["available_endpoints"] == {"speculative": 1, "baseline": 1}
+
+
+def test_models_list_drops_the_upstreams_weight_path() -> None:
+    with InProcess(emulator={"model": WEIGHTS}) as stack:
+        response = stack.request("GET", "/v1/models")
+        assert response.status_code == 200
+        (entry,) = orjson.loads(response.content)["data"]
+        assert WEIGHTS not in response.text
+        assert entry["id"] == MODEL and entry["owned_by"] == "vllm" and entry["max_model_len"] == 512
+        assert set(entry) <= {"id", "object", "created", "owned_by", "max_model_len", "root"}
+
+
+def test_an_upstream_5xx_reaches_the_client_as_status_and_request_id_only() -> None:
+    with InProcess({"health": {"eject_after_failures": 100}}, emulator={"error_rate": 1.0}) as stack:
+        response = stack.request("POST", "/v1/chat/completions", json=CHAT, headers={"x-request-id": "rid-1"})
+        assert response.status_code == 502
+        err = response.json()["error"]
+        assert "injected fault" not in response.text and "Emulated" not in response.text
+        assert "rid-1" in err["message"] and response.headers["x-request-id"] == "rid-1"
+        for name in ("spec-0", "base-0", "127.0.0.1"):
+            assert name not in err["message"]
+
+
+def test_gateway_errors_name_no_endpoint_or_address() -> None:
+    nowhere = {"endpoints": [{"name": "secret-name", "url": "http://127.0.0.1:9"}], "models": [MODEL]}
+    with InProcess({"pools": {"speculative": nowhere, "baseline": nowhere}}) as stack:
+        response = stack.request("POST", "/v1/chat/completions", json=CHAT)
+        assert response.status_code == 503
+        assert "secret-name" not in response.text and "127.0.0.1" not in response.text
+
+
+def _upstream_auth(stack: InProcess, path: str) -> set[str | None]:
+    return {auth for upstream in stack.upstreams for p, auth in upstream.seen if p == path}
+
+
+def test_the_client_authorization_is_not_forwarded_unless_configured() -> None:
+    client_auth = {"authorization": "Bearer client-secret"}
+    with InProcess() as stack:
+        assert (
+            stack.request("POST", "/v1/chat/completions", json=CHAT, headers=client_auth).status_code == 200
+        )
+        assert _upstream_auth(stack, "/v1/chat/completions") == {None}
+    with InProcess({"auth": {"forward_client_authorization": True}}) as stack:
+        assert (
+            stack.request("POST", "/v1/chat/completions", json=CHAT, headers=client_auth).status_code == 200
+        )
+        assert _upstream_auth(stack, "/v1/chat/completions") == {"Bearer client-secret"}
+    # with gateway keys, the client's header holds the gateway's key: never forwarded
+    with InProcess({"auth": {"api_keys": [API_KEY], "forward_client_authorization": True}}) as stack:
+        assert stack.request("POST", "/v1/chat/completions", json=CHAT, headers=AUTH).status_code == 200
+        assert _upstream_auth(stack, "/v1/chat/completions") == {None}
+
+
+def test_an_upstream_key_from_the_environment_goes_to_every_upstream_call(monkeypatch) -> None:
+    monkeypatch.setenv("SPECROUTE_TEST_UPSTREAM_KEY", "upstream-secret")
+    overrides = {
+        "pools": {"speculative": {"api_key_env": "SPECROUTE_TEST_UPSTREAM_KEY"}},
+        "auth": {"forward_client_authorization": True},
+    }
+    with InProcess(overrides, upstream_key="upstream-secret") as stack:
+        # the baseline pool has no key: its upstream refuses /v1/*, so send to the speculative one
+        headers = {"x-specroute-pool": "speculative", "authorization": "Bearer client-secret"}
+        body = {**CHAT, "stream": True}
+        assert stack.request("POST", "/v1/chat/completions", json=body, headers=headers).status_code == 200
+        speculative = stack.upstreams[0]
+        paths = {p for p, auth in speculative.seen if auth == "Bearer upstream-secret"}
+        assert {"/v1/chat/completions", "/health", "/metrics"} <= paths
+        assert all(auth == "Bearer upstream-secret" for _, auth in speculative.seen)
+        assert all(auth != "Bearer upstream-secret" for _, auth in stack.upstreams[1].seen)
+        assert "upstream-secret" not in repr(stack.settings)
+
+
+def test_an_upstream_key_from_a_file(tmp_path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("file-secret\n")
+    pool = {"api_key_file": str(key_file)}
+    with InProcess({"pools": {"speculative": pool, "baseline": pool}}, upstream_key="file-secret") as stack:
+        assert stack.request("POST", "/v1/chat/completions", json=CHAT).status_code == 200
+        response = stack.request("GET", "/v1/models")
+        assert response.json()["data"][0]["owned_by"] == "vllm"  # the upstream's entry: its key was sent
+
+
+def test_a_missing_upstream_key_stops_start_up(monkeypatch) -> None:
+    from gateway.app import create_app
+    from gateway.config import ConfigError, load_settings
+    from gateway.stack import demo_config
+
+    monkeypatch.delenv("SPECROUTE_TEST_UNSET_KEY", raising=False)
+    config = demo_config(["http://127.0.0.1:9"], ["http://127.0.0.1:9"], 8000)
+    config["pools"]["baseline"]["endpoints"][0]["api_key_env"] = "SPECROUTE_TEST_UNSET_KEY"  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"pools\.baseline\.endpoints\.0\.api_key_env"):
+        create_app(load_settings(overrides=config))

@@ -1,0 +1,194 @@
+"""Hostile clients against a real uvicorn on 127.0.0.1: slow heads and bodies, idle and surplus connections.
+
+Short limits and assertions on what the server does (answers, closes), never on how long it took.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import orjson
+import uvicorn
+
+from gateway.app import create_app, fast_path
+from gateway.config import load_settings
+from gateway.connections import ConnectionLimits, GuardedHttpProtocol
+from gateway.server import DrainingServer, guard_connections, uvicorn_options
+from gateway.stack import demo_config, free_port
+
+NOWHERE = "http://127.0.0.1:9"  # the routes under test never reach an upstream
+#: bounds how long a test waits for the server to act; far above every limit configured here
+PATIENCE_S = 20.0
+
+
+@contextmanager
+def serving(**server: float) -> Iterator[int]:
+    """The gateway as ``specroute serve`` runs it (same protocol and options), in a thread."""
+    port = free_port()
+    config = demo_config([NOWHERE], [NOWHERE], port, extra={"server": server})
+    settings = load_settings(overrides=config)
+    previous = GuardedHttpProtocol.limits
+    guard_connections(settings.server)
+    app = create_app(settings)
+    uv = DrainingServer(uvicorn.Config(fast_path(app), **uvicorn_options(settings)), app)
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + PATIENCE_S
+        while not uv.started and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)  # uvicorn offers no start-up event to wait on
+        assert uv.started
+        yield port
+    finally:
+        uv.should_exit = True
+        thread.join(PATIENCE_S)
+        GuardedHttpProtocol.limits = previous
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S)
+    return sock
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One response with a Content-Length: its head and body; the connection stays open."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed before a response"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(h.split(b":")[1]) for h in head.lower().split(b"\r\n") if h.startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head, body
+
+
+def _error(body: bytes) -> dict[str, object]:
+    err = orjson.loads(body)["error"]
+    assert isinstance(err, dict) and err["message"]
+    return err
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: gateway\r\n\r\n"
+_PROMPT = orjson.dumps({"model": "demo-model", "prompt": "x" * 200_000})
+CHAT = b"POST /v1/completions HTTP/1.1\r\nHost: gateway\r\ncontent-length: %d\r\n\r\n%s" % (
+    len(_PROMPT),
+    _PROMPT,
+)
+
+
+def test_slow_heads_idle_connections_and_slow_bodies_are_cut() -> None:
+    with serving(header_timeout_s=0.5, body_timeout_s=0.5, keep_alive_s=0.5, max_header_bytes=2048) as port:
+        # a head within the limit is served; one beyond it gets a 431 and the connection is closed
+        fits = _connect(port)
+        fits.sendall(HEALTH.replace(b"\r\n\r\n", b"\r\nx-pad: " + b"a" * 1500 + b"\r\n\r\n"))
+        assert _response(fits)[0].startswith(b"HTTP/1.1 200")
+        huge = _connect(port)
+        huge.sendall(b"GET /health HTTP/1.1\r\nHost: gateway\r\nx-pad: " + b"a" * 4000)
+        received = _read_until_closed(huge)
+        assert received.startswith(b"HTTP/1.1 431"), received[:100]
+        assert _error(received.partition(b"\r\n\r\n")[2])["code"] == 431
+
+        # a head sent a byte at a time never completes: 408, then closed
+        slow = _connect(port)
+        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n")
+        slow.settimeout(0.1)
+        received = b""
+        deadline = time.monotonic() + PATIENCE_S
+        while time.monotonic() < deadline:
+            try:
+                slow.sendall(b"x")
+                received += slow.recv(65536)
+                if received:
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+        slow.settimeout(PATIENCE_S)
+        received += _read_until_closed(slow)
+        assert received.startswith(b"HTTP/1.1 408"), received
+        assert _error(received.partition(b"\r\n\r\n")[2])["code"] == 408
+
+        # a connection that never sends a byte is closed without an answer
+        assert _read_until_closed(_connect(port)) == b""
+
+        # an idle keep-alive connection is closed after its response
+        idle = _connect(port)
+        idle.sendall(HEALTH)
+        head, _ = _response(idle)
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" not in head.lower()
+        assert _read_until_closed(idle) == b""
+
+        # a body that stops arriving: 408 in the API's format, and the connection is closed
+        body = _connect(port)
+        body.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\ncontent-type: application/json\r\n"
+            b"content-length: 100\r\n\r\n" + b'{"messages": ['
+        )
+        received = _read_until_closed(body)
+        head, _, rest = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), head
+        assert _error(rest)["code"] == 408
+
+
+def test_connections_beyond_the_cap_are_refused_while_open_ones_keep_working() -> None:
+    with serving(max_connections=3, keep_alive_s=60, header_timeout_s=60) as port:
+        held = [_connect(port) for _ in range(3)]
+        for sock in held:
+            sock.sendall(HEALTH)
+            assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+
+        for request in (HEALTH, CHAT):  # with a body too: the answer is read, not lost to a reset
+            surplus = _connect(port)
+            surplus.sendall(request)
+            received = _read_until_closed(surplus)
+            head, _, rest = received.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503") and b"connection: close" in head.lower(), head
+            assert _error(rest)["type"] == "ServiceUnavailableError"
+
+        for sock in held:  # the connections already open are served as before
+            sock.sendall(HEALTH)
+            assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+        held[0].close()
+        # with one closed, a new connection is served again (closing is seen asynchronously: poll)
+        deadline = time.monotonic() + PATIENCE_S
+        while time.monotonic() < deadline:
+            again = _connect(port)
+            again.sendall(HEALTH)
+            head, _, _ = _read_head(again)
+            if head.startswith(b"HTTP/1.1 200"):
+                break
+        assert head.startswith(b"HTTP/1.1 200")
+
+
+def _read_head(sock: socket.socket) -> tuple[bytes, bytes, bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.partition(b"\r\n\r\n")
+
+
+def test_limits_default_to_safe_values() -> None:
+    settings = load_settings(overrides=demo_config([NOWHERE], [NOWHERE], 8000))
+    options = uvicorn_options(settings)
+    assert options["http"] is GuardedHttpProtocol and options["timeout_keep_alive"] == 5.0
+    assert ConnectionLimits().header_timeout_s == settings.server.header_timeout_s == 10.0
+    assert settings.server.max_connections == 2048 and settings.server.body_timeout_s == 30.0
