@@ -108,14 +108,14 @@ class Metrics:
             registry=r,
         )
         self.ejected = Gauge(
-            "specroute_upstream_ejected",
+            "specroute_endpoint_ejected",
             "1 while the endpoint is ejected (passive outlier detection), else 0.",
             ["pool", "endpoint"],
             multiprocess_mode="livemax",
             registry=r,
         )
         self.panic = Counter(
-            "specroute_upstream_panic",
+            "specroute_upstream_panic_requests",
             "Requests sent to an ejected or unhealthy endpoint because no endpoint of the candidate "
             "pools was usable (panic mode).",
             ["pool"],

@@ -183,7 +183,7 @@ async def test_no_client_sees_a_failure_before_its_first_byte_when_every_endpoin
         f"\n  complete: {tally.ok}"
         f"\n  retries: {m.get('specroute_upstream_retries_total', 0):.0f}"
         f"  ejections: {m.get('specroute_upstream_ejections_total', 0):.0f}"
-        f"  panic uses: {m.get('specroute_upstream_panic_total', 0):.0f}"
+        f"  panic uses: {m.get('specroute_upstream_panic_requests_total', 0):.0f}"
         f"\n  upstream errors: "
         + ", ".join(f"{k.split('{')[1][:-1]}={v:.0f}" for k, v in sorted(m.items()) if "errors_total{" in k)
     )

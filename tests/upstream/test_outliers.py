@@ -147,7 +147,7 @@ async def test_with_every_endpoint_out_requests_are_sent_anyway_in_panic_mode():
         upstreams.pools["baseline"].endpoints[1].healthy = False
         _, body = await _complete(upstreams)
         assert b"Hello there" in body
-        assert _sample(upstreams, "specroute_upstream_panic_total", pool="baseline") == 1
+        assert _sample(upstreams, "specroute_upstream_panic_requests_total", pool="baseline") == 1
 
 
 async def test_panic_mode_off_answers_503_at_once():
