@@ -136,8 +136,10 @@ async def _handle(request: Request, api: Api) -> Response:
     media_type = sent.response.headers.get("content-type", "application/json")
     if status < 300 and meter.collect is not None:
 
-        async def resend() -> Sent:
-            return await gw.upstreams.send(PATHS[api], body, headers, decision.pool, tried=tried)
+        async def resend(error: APIError) -> Sent:
+            return await gw.upstreams.send(
+                PATHS[api], body, headers, decision.pool, tried=tried, last_error=error
+            )
 
         return await _assembled(request, ex, sent, tried, resend)
     if status < 300:
@@ -178,7 +180,7 @@ async def _assembled(
     ex: Exchange,
     sent: Sent,
     tried: list[Endpoint],
-    resend: Callable[[], Awaitable[Sent]],
+    resend: Callable[[APIError], Awaitable[Sent]],
 ) -> Response:
     """Read a stream started for a non-streamed request and answer with the assembled body.
 
@@ -192,7 +194,8 @@ async def _assembled(
             await _unless_disconnected(request, _drain(ex, sent, meter, failed))
             if not _broken(meter, failed) or not ex.gw.upstreams.can_retry(tried):
                 break
-            sent = await _unless_disconnected(request, resend())
+            broke = APIError(502, "upstream stream ended without a complete response")
+            sent = await _unless_disconnected(request, resend(broke))
         except APIError as e:
             _finish(ex, sent, e.status)
             return error_response(e.status, e.message, e.param, ex.headers(sent.pool))

@@ -128,17 +128,18 @@ class Upstreams:
         allow_failover: bool = True,
         first_byte_s: float | None = None,
         tried: list[Endpoint] | None = None,
+        last_error: APIError | None = None,
     ) -> Sent:
         """Send until one endpoint gives a first byte (or a 4xx); raise :class:`APIError` if none does.
 
         A non-streamed upstream response sends its first byte only when it is complete, so callers
         pass a longer ``first_byte_s`` for those. ``tried`` lists the endpoints this request has
         already been sent to (a caller resending it passes the same list): they are not tried again,
-        and they count against ``retries.attempts``.
+        and they count against ``retries.attempts``; ``last_error`` is what went wrong with the last of
+        them, reported when no other endpoint is left to try.
         """
         first_byte_s = first_byte_s or self.settings.timeouts.first_byte_s
         tried = [] if tried is None else tried
-        last_error: APIError | None = None
         while len(tried) < self.settings.retries.attempts:
             endpoint = self._pick(pool, allow_failover, tried)
             if endpoint is None:
@@ -214,13 +215,15 @@ class Upstreams:
         the same ``retries.attempts``.
         """
         tried: list[Endpoint] = []
+        error: APIError | None = None
         while True:
-            sent = await self.send(path, body, headers, pool, allow_failover, first_byte_s, tried)
+            sent = await self.send(path, body, headers, pool, allow_failover, first_byte_s, tried, error)
             try:
                 return sent, await self.read_all(sent)
-            except APIError:
+            except APIError as e:
                 if not self.can_retry(tried):
                     raise
+                error = e
 
     def can_retry(self, tried: list[Endpoint]) -> bool:
         """Whether a request already sent to ``tried`` may go out once more."""

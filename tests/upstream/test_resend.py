@@ -123,3 +123,13 @@ async def test_an_assembled_stream_is_resent_within_the_budget_and_then_reported
         assert e.value.status_code == 502
         assert len(script.log) == 3
         assert len({name for name, _ in script.log}) == 3  # two speculative, then the other pool
+
+
+async def test_with_no_endpoint_left_to_resend_to_the_broken_body_is_reported_not_a_503():
+    extra = {"retries": {"attempts": 3, "failover_to_other_pool": False}}
+    async with _setup(["cut_body"], **extra) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 502
+        assert "broke the connection" in e.value.message
+        assert len(script.log) == 2  # both baseline endpoints, and no third to try
