@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -250,3 +251,42 @@ async def test_a_restarted_endpoint_is_back_within_one_health_interval_not_after
             assert down.available(), f"still out {back:.1f} s after answering its health check"
             assert not down.ejected()
             assert down in {pool.pick() for _ in range(4)}
+
+
+def _inflight(url: str, endpoint: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "specroute_inflight_requests" and s.labels.get("endpoint") == endpoint
+    )
+
+
+@pytest.mark.parametrize("pool", ["speculative", "baseline"])
+async def test_non_streamed_requests_in_flight_on_a_killed_endpoint_are_sent_again(workdir, pool):
+    """SIGKILL an endpoint with requests on it: each is answered by the other one, in full.
+
+    The speculative pool's non-streamed requests are streams upstream (assembled into one body), so
+    theirs break mid-body; the baseline pool's break before any response byte.
+    """
+    extra = ["--served-model-name", MODEL, "--time-scale", "1", "--max-num-seqs", "64"]
+    victim = stack.start_emulator(pool, extra=extra, log_dir=workdir)
+    other = stack.start_emulator(pool, extra=extra, log_dir=workdir)
+    config = stack.demo_config(
+        [victim.url, other.url], [victim.url, other.url], stack.free_port(), MODEL, f"always-{pool}"
+    )
+    with stack.running(victim, other):
+        gw = stack.start_gateway(config, workdir, name="gateway-kill")
+        with stack.running(gw):
+            body = {"model": MODEL, "prompt": "Write a story.", "max_tokens": 40, "temperature": 0}
+            async with httpx.AsyncClient(base_url=gw.url, timeout=60) as client:
+                calls = [asyncio.create_task(client.post("/v1/completions", json=body)) for _ in range(20)]
+                # every request takes ~2 s upstream: kill the endpoint once some are running on it
+                while _inflight(gw.url, f"{pool[:4]}-0") < 3:  # noqa: ASYNC110 - the gateway's own gauge
+                    await asyncio.sleep(0.05)
+                victim.stop(sig=signal.SIGKILL)
+                answers = await asyncio.gather(*calls)
+    assert [r.status_code for r in answers] == [200] * 20
+    assert all(_complete_body(r.content) for r in answers)
+    assert all(r.json()["usage"]["completion_tokens"] == 40 for r in answers)
