@@ -203,7 +203,8 @@ async def _assembled(
             return await _passed_through(request, ex, sent)
     headers = ex.headers(sent.pool)
     status = failed[0] if failed and failed[0] else 200
-    body = assemble(meter.collect or [], ex.api) if status == 200 and meter.error is None else None
+    whole = status == 200 and meter.error is None and meter.done  # not a stream that ended early
+    body = assemble(meter.collect or [], ex.api) if whole else None
     if body is None:
         err = meter.error or {}
         code = err.get("code")

@@ -115,9 +115,10 @@ async def test_resends_come_out_of_the_same_attempt_budget():
         assert len(script.log) == 2  # two tries in all, not two per endpoint
 
 
-async def test_an_assembled_stream_is_resent_within_the_budget_and_then_reported():
+@pytest.mark.parametrize("broken", ["cut_stream", "early_end"])
+async def test_an_assembled_stream_is_resent_within_the_budget_and_then_reported(broken):
     extra = {"routing": {"strategy": "always-speculative"}, "retries": {"attempts": 3}}
-    async with _setup(["cut_stream"], **extra) as (client, script, _):
+    async with _setup([broken], **extra) as (client, script, _):
         with pytest.raises(openai.APIStatusError) as e:
             await client.completions.create(model="m", prompt="hi", max_tokens=2)
         assert e.value.status_code == 502
