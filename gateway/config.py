@@ -111,18 +111,41 @@ class TimeoutsConfig(_Strict):
 
 
 class RetryConfig(_Strict):
-    attempts: int = Field(default=3, ge=1, le=10, description="tries in all, across endpoints and pools")
+    attempts: int = Field(
+        default=4,
+        ge=1,
+        le=10,
+        description="tries in all, across endpoints and pools, including the resends of a non-streamed "
+        "request whose upstream body broke before the client received anything",
+    )
     failover_to_other_pool: bool = True
     backoff_s: float = Field(default=0.0, ge=0)
+    panic: bool = Field(
+        default=True,
+        description="when no endpoint of the candidate pools is usable, try ejected or unhealthy ones "
+        "anyway instead of answering 503",
+    )
 
 
 class HealthConfig(_Strict):
-    interval_s: float = Field(default=5.0, gt=0)
+    interval_s: float = Field(default=5.0, gt=0, description="active check period; a pass ends an ejection")
     timeout_s: float = Field(default=2.0, gt=0)
     path: str = "/health"
     eject_after_failures: int = Field(default=2, ge=1)
     eject_base_s: float = Field(default=2.0, gt=0)
     eject_max_s: float = Field(default=60.0, gt=0)
+    max_ejection_percent: float = Field(
+        default=50.0,
+        ge=0,
+        le=100,
+        description="most of a pool ejected at once; the last usable endpoint of a pool is never ejected",
+    )
+    busy_s: float = Field(
+        default=2.0, ge=0, description="how long an endpoint that answered 503/429 (busy) gets less traffic"
+    )
+    busy_weight: float = Field(
+        default=0.25, gt=0, le=1, description="share of its weight a busy endpoint keeps meanwhile"
+    )
 
 
 class AuthConfig(_Strict):

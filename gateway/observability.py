@@ -101,12 +101,32 @@ class Metrics:
         self.upstream_errors = Counter(
             "specroute_upstream_errors",
             "Upstream failures by pool, endpoint and kind "
-            "(connect, dropped_connection, timeout, status_5xx, protocol, stream).",
+            "(connect, dropped_connection, timeout, status_5xx, busy, protocol, stream).",
             ["pool", "endpoint", "kind"],
             registry=r,
         )
         self.retries = Counter(
             "specroute_upstream_retries", "Requests retried on another endpoint.", ["pool"], registry=r
+        )
+        self.ejections = Counter(
+            "specroute_upstream_ejections",
+            "Passive ejections of an endpoint after consecutive failures.",
+            ["pool", "endpoint"],
+            registry=r,
+        )
+        self.ejected = Gauge(
+            "specroute_endpoint_ejected",
+            "1 while the endpoint is ejected (passive outlier detection), else 0.",
+            ["pool", "endpoint"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        self.panic = Counter(
+            "specroute_upstream_panic_requests",
+            "Requests sent to an ejected or unhealthy endpoint because no endpoint of the candidate "
+            "pools was usable (panic mode).",
+            ["pool"],
+            registry=r,
         )
         self.failovers = Counter(
             "specroute_failovers",
@@ -211,7 +231,7 @@ class Metrics:
         """
         series: list[tuple[Gauge, tuple[str, ...]]] = [
             (gauge, (endpoint.pool, endpoint.name))
-            for gauge in (self.endpoint_up, self.inflight, self.scrape_age, self.kv_cache_usage)
+            for gauge in (self.endpoint_up, self.ejected, self.inflight, self.scrape_age, self.kv_cache_usage)
         ]
         series += [(self.pool_load, (endpoint.pool, endpoint.name, s)) for s in ("running", "waiting")]
         series.append((self.endpoint_acceptance, (endpoint.name,)))

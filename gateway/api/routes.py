@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, TypeVar
@@ -108,9 +108,21 @@ async def _handle(request: Request, api: Api) -> Response:
             # stream from upstream to measure acceptance; the client still gets one JSON body
             body = stream_body(payload)
             meter = StreamMeter(ex.started, collect=[])
-        first_byte = None if meter is not None else gw.settings.timeouts.total_s
+        if meter is None:
+            # vLLM sends a non-streamed response's headers only when it is complete: its first byte
+            # may take as long as the whole request may (timeouts.total_s).
+            sent, content = await _unless_disconnected(
+                request,
+                gw.upstreams.fetch(
+                    PATHS[api], body, headers, decision.pool, first_byte_s=gw.settings.timeouts.total_s
+                ),
+            )
+            if sent.pool != decision.pool:
+                gw.metrics.failovers.labels(decision.pool, sent.pool).inc()
+            return _complete(ex, sent, content)
+        tried: list[Endpoint] = []
         sent = await _unless_disconnected(
-            request, gw.upstreams.send(PATHS[api], body, headers, decision.pool, first_byte_s=first_byte)
+            request, gw.upstreams.send(PATHS[api], body, headers, decision.pool, tried=tried)
         )
     except APIError as e:
         _finish(ex, None, e.status)
@@ -123,9 +135,15 @@ async def _handle(request: Request, api: Api) -> Response:
         gw.metrics.failovers.labels(decision.pool, sent.pool).inc()
     status = sent.response.status
     media_type = sent.response.headers.get("content-type", "application/json")
-    if meter is not None and status < 300 and meter.collect is not None:
-        return await _assembled(request, ex, sent, meter, out_headers)
-    if meter is not None and status < 300:
+    if status < 300 and meter.collect is not None:
+
+        async def resend(error: APIError) -> Sent:
+            return await gw.upstreams.send(
+                PATHS[api], body, headers, decision.pool, tried=tried, last_error=error
+            )
+
+        return await _assembled(request, ex, sent, tried, resend)
+    if status < 300:
 
         def done(s: Sent, failed: int | None) -> None:
             _finish(ex, s, failed or status, meter)
@@ -133,42 +151,71 @@ async def _handle(request: Request, api: Api) -> Response:
         return Relay(
             gw.upstreams.relay(sent, meter, done), status, headers=out_headers, media_type=media_type
         )
+    return await _passed_through(request, ex, sent)
+
+
+async def _passed_through(request: Request, ex: Exchange, sent: Sent) -> Response:
+    """An upstream error answer to a streamed request, read whole and passed on as it is."""
     try:
-        content = await _unless_disconnected(request, gw.upstreams.read_all(sent))
+        content = await _unless_disconnected(request, ex.gw.upstreams.read_all(sent))
     except APIError as e:
         _finish(ex, sent, e.status)
-        return error_response(e.status, e.message, e.param, out_headers)
+        return error_response(e.status, e.message, e.param, ex.headers(sent.pool))
+    return _complete(ex, sent, content)
+
+
+def _complete(ex: Exchange, sent: Sent, content: bytes) -> Response:
+    """A whole upstream body, passed on as it is."""
+    status = sent.response.status
     return Response(
         content,
         status,
-        headers=out_headers,
-        media_type=media_type,
+        headers=ex.headers(sent.pool),
+        media_type=sent.response.headers.get("content-type", "application/json"),
         background=_later(ex, sent, status, content=content),
     )
 
 
 async def _assembled(
-    request: Request, ex: Exchange, sent: Sent, meter: StreamMeter, headers: dict[str, str]
+    request: Request,
+    ex: Exchange,
+    sent: Sent,
+    tried: list[Endpoint],
+    resend: Callable[[APIError], Awaitable[Sent]],
 ) -> Response:
-    """Read a stream started for a non-streamed request and answer with the assembled body."""
-    failed: list[int | None] = []
+    """Read a stream started for a non-streamed request and answer with the assembled body.
 
-    async def drain() -> None:
-        async for _ in ex.gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
-            pass
-
-    try:
-        await _unless_disconnected(request, drain())
-    except APIError as e:
-        _finish(ex, sent, e.status)
-        return error_response(e.status, e.message, e.param, headers)
+    The client has seen nothing yet, so a stream that breaks, ends before ``[DONE]`` or reports a
+    server error is sent again on another endpoint while ``retries.attempts`` allow.
+    """
+    while True:
+        meter = StreamMeter(ex.started, collect=[])
+        failed: list[int | None] = []
+        try:
+            await _unless_disconnected(request, _drain(ex, sent, meter, failed))
+            if not _broken(meter, failed) or not ex.gw.upstreams.can_retry(tried):
+                break
+            broke = APIError(502, "upstream stream ended without a complete response")
+            sent = await _unless_disconnected(request, resend(broke))
+        except APIError as e:
+            _finish(ex, sent, e.status)
+            return error_response(e.status, e.message, e.param, ex.headers(sent.pool))
+        if sent.response.status >= 300:
+            return await _passed_through(request, ex, sent)
+    headers = ex.headers(sent.pool)
     status = failed[0] if failed and failed[0] else 200
-    body = assemble(meter.collect or [], ex.api) if status == 200 and meter.error is None else None
+    whole = status == 200 and meter.error is None and meter.done  # not a stream that ended early
+    body = assemble(meter.collect or [], ex.api) if whole else None
     if body is None:
         err = meter.error or {}
         code = err.get("code")
         status = code if isinstance(code, int) and 400 <= code < 600 else (status if status != 200 else 502)
         _finish(ex, sent, status)
+        if meter.error is not None and status >= 500:
+            # a server error's text (a trace, a path, an address) is for the log, not the client
+            log.warning("%s/%s stream error: %s", sent.pool, sent.endpoint.name, meter.error)
+            message = f"the upstream returned HTTP {status} (request id {ex.request_id})"
+            return error_response(status, message, None, headers)
         if meter.error is not None:
             return Response(
                 orjson.dumps({"error": meter.error}), status, headers=headers, media_type="application/json"
@@ -181,6 +228,19 @@ async def _assembled(
         media_type="application/json",
         background=_later(ex, sent, status, meter),
     )
+
+
+async def _drain(ex: Exchange, sent: Sent, meter: StreamMeter, failed: list[int | None]) -> None:
+    async for _ in ex.gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
+        pass
+
+
+def _broken(meter: StreamMeter, failed: list[int | None]) -> bool:
+    """An assembled stream that broke, ended before ``[DONE]`` or reported a server error."""
+    if failed and failed[0]:
+        return True
+    code = (meter.error or {}).get("code")
+    return not meter.done or (isinstance(code, int) and code >= 500)
 
 
 class Relay(StreamingResponse):
@@ -438,6 +498,7 @@ async def metrics(request: Request) -> Response:
     for pool in gw.upstreams.pools.values():
         for ep in pool.endpoints:
             gw.metrics.endpoint_up.labels(pool.name, ep.name).set(1.0 if ep.available() else 0.0)
+            gw.metrics.ejected.labels(pool.name, ep.name).set(1.0 if ep.ejected() else 0.0)
     body, content_type = render(gw.metrics)
     return Response(body, media_type=content_type)
 

@@ -1,10 +1,13 @@
 """Forwarding one request: pick an endpoint, send, retry or fail over, stream back.
 
-Retries happen only before the first byte has gone to the client: on a connect error, a 5xx, or
-no first byte within ``timeouts.first_byte_s`` (and once at once, on the same endpoint, when a
-connection drops before any of the response arrives). A streamed response is held back until its first
-upstream chunk has arrived, so a stream that dies before producing anything is retried too. Both
-pools serve the same model, so moving a request to the other pool changes its speed, not its answer.
+Retries happen only before the first byte has gone to the client: on a connect error, a 5xx or
+429, or no first byte within ``timeouts.first_byte_s`` (and once at once, on the same endpoint, when
+a connection drops before any of the response arrives); a non-streamed body that breaks on the way
+is sent again too (:meth:`Upstreams.fetch`), since the client has seen none of it. A 503 or 429 says
+the endpoint is busy, not broken: it gets less traffic for a while and is never ejected for it. A
+streamed response is held back until its first upstream chunk has arrived, so a stream that dies
+before producing anything is retried too. Both pools serve the same model, so moving a request to
+the other pool changes its speed, not its answer.
 
 Forwarding speaks to aiohttp's connection pool directly. The gateway's own calls (health checks,
 scrapes, discovery) use httpx's API over the same pool; on this path the httpx layer (building and
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -44,6 +48,7 @@ class Sent:
     first: bytes
     chunks: AsyncIterator[bytes]
     retries: int
+    sent_at: float = 0.0
 
     @property
     def pool(self) -> PoolName:
@@ -91,6 +96,29 @@ class Upstreams:
             return [pool, OTHER[pool]]
         return [pool]
 
+    def _pick(self, pool: PoolName, allow_failover: bool, tried: list[Endpoint]) -> Endpoint | None:
+        """The next endpoint to try: a usable one of the candidate pools, else (panic) any of them."""
+        names = self._candidates(pool, allow_failover)
+        for name in names:
+            endpoint = self.pools[name].pick(exclude=tried)
+            if endpoint is not None:
+                return endpoint
+        if not self.settings.retries.panic:
+            return None
+        for name in names:
+            endpoint = self.pools[name].pick(exclude=tried, panic=True)
+            if endpoint is not None:
+                self.metrics.panic.labels(endpoint.pool).inc()
+                return endpoint
+        return None
+
+    def failed(self, endpoint: Endpoint, sent_at: float) -> None:
+        """Count a failure against ``endpoint`` (a request sent at ``sent_at``), ejecting it if due."""
+        if self.pools[endpoint.pool].record_failure(endpoint, self.settings.health, sent_at):
+            self.metrics.ejections.labels(endpoint.pool, endpoint.name).inc()
+            self.metrics.ejected.labels(endpoint.pool, endpoint.name).set(1.0)
+            log.warning("ejected %s/%s after repeated failures", endpoint.pool, endpoint.name)
+
     async def send(
         self,
         path: str,
@@ -99,35 +127,37 @@ class Upstreams:
         pool: PoolName,
         allow_failover: bool = True,
         first_byte_s: float | None = None,
+        tried: list[Endpoint] | None = None,
+        last_error: APIError | None = None,
     ) -> Sent:
         """Send until one endpoint gives a first byte (or a 4xx); raise :class:`APIError` if none does.
 
         A non-streamed upstream response sends its first byte only when it is complete, so callers
-        pass a longer ``first_byte_s`` for those.
+        pass a longer ``first_byte_s`` for those. ``tried`` lists the endpoints this request has
+        already been sent to (a caller resending it passes the same list): they are not tried again,
+        and they count against ``retries.attempts``; ``last_error`` is what went wrong with the last of
+        them, reported when no other endpoint is left to try.
         """
         first_byte_s = first_byte_s or self.settings.timeouts.first_byte_s
-        tried: list[Endpoint] = []
-        last_error: APIError | None = None
-        for attempt in range(self.settings.retries.attempts):
-            endpoint = None
-            for name in self._candidates(pool, allow_failover):
-                endpoint = self.pools[name].pick(exclude=tried)
-                if endpoint is not None:
-                    break
+        tried = [] if tried is None else tried
+        while len(tried) < self.settings.retries.attempts:
+            endpoint = self._pick(pool, allow_failover, tried)
             if endpoint is None:
                 break
+            attempt = len(tried)
             if attempt:
                 self.metrics.retries.labels(endpoint.pool).inc()
                 if self.settings.retries.backoff_s:
                     await asyncio.sleep(self.settings.retries.backoff_s)
             tried.append(endpoint)
             self._busy(endpoint, 1)
+            sent_at = time.monotonic()
             response: aiohttp.ClientResponse | None = None
             try:
                 async with asyncio.timeout(first_byte_s):
                     response = await self._post(endpoint, path, body, headers)
                     chunks = response.content.iter_any()
-                    if response.status >= 500:
+                    if response.status >= 500 or response.status == 429:
                         raise _UpstreamStatus(response.status, await response.read())
                     first = b""
                     async for piece in chunks:
@@ -136,9 +166,11 @@ class Upstreams:
                             break
                     if not first and response.status < 300:
                         raise _ClosedEarly
-                return Sent(endpoint, response, first, chunks, retries=attempt)
+                return Sent(endpoint, response, first, chunks, retries=attempt, sent_at=sent_at)
             except _UpstreamStatus as e:
                 kind, last_error = "status_5xx", _reported_status(e.status, e.body, endpoint)
+                if e.status in _BUSY:
+                    kind = "busy"
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
                 kind = "connect"
                 last_error = APIError(503, "no upstream endpoint could be reached")
@@ -157,11 +189,43 @@ class Upstreams:
             if response is not None:
                 response.close()
             self.metrics.upstream_errors.labels(endpoint.pool, endpoint.name, kind).inc()
-            if endpoint.record_failure(self.settings.health):
-                log.warning("ejected %s/%s after repeated failures", endpoint.pool, endpoint.name)
+            if kind == "busy":  # overloaded, not broken: less traffic for a while, no ejection
+                endpoint.mark_busy(self.settings.health)
+            else:
+                self.failed(endpoint, sent_at)
         if last_error is None:
             raise APIError(503, "no healthy upstream endpoint is available; try again shortly")
         raise last_error
+
+    async def fetch(
+        self,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        pool: PoolName,
+        allow_failover: bool = True,
+        first_byte_s: float | None = None,
+    ) -> tuple[Sent, bytes]:
+        """A whole non-streamed response: sent again elsewhere if its body breaks on the way.
+
+        The client has received nothing yet, so a body cut by a reset or a silence longer than
+        ``timeouts.chunk_gap_s`` is as safe to resend as a failed connect; the resends come out of
+        the same ``retries.attempts``.
+        """
+        tried: list[Endpoint] = []
+        error: APIError | None = None
+        while True:
+            sent = await self.send(path, body, headers, pool, allow_failover, first_byte_s, tried, error)
+            try:
+                return sent, await self.read_all(sent)
+            except APIError as e:
+                if not self.can_retry(tried):
+                    raise
+                error = e
+
+    def can_retry(self, tried: list[Endpoint]) -> bool:
+        """Whether a request already sent to ``tried`` may go out once more."""
+        return len(tried) < self.settings.retries.attempts
 
     async def _post(
         self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str]
@@ -225,7 +289,7 @@ class Upstreams:
         except aiohttp.ClientError:
             failed = 502
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "stream").inc()
-            sent.endpoint.record_failure(self.settings.health)
+            self.failed(sent.endpoint, sent.sent_at)
             if meter is not None:
                 yield sse_error_event(502, "upstream connection broke; the response is incomplete")
         except (asyncio.CancelledError, GeneratorExit):
@@ -252,10 +316,11 @@ class Upstreams:
             complete = True
         except TimeoutError:
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "timeout").inc()
+            self.failed(sent.endpoint, sent.sent_at)
             raise APIError(504, "the upstream stopped sending") from None
         except aiohttp.ClientError:
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "stream").inc()
-            sent.endpoint.record_failure(self.settings.health)
+            self.failed(sent.endpoint, sent.sent_at)
             raise APIError(502, "the upstream broke the connection") from None
         finally:
             self._busy(sent.endpoint, -1)
@@ -283,6 +348,10 @@ class _ClosedEarly(aiohttp.ClientConnectionError):
 _UNREACHABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
+# Upstream statuses that mean "busy, try elsewhere" rather than "broken".
+_BUSY = (503, 429)
+
+
 class _UpstreamStatus(Exception):
     def __init__(self, status: int, body: bytes):
         self.status = status
@@ -302,4 +371,4 @@ def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> APIError:
     except (orjson.JSONDecodeError, AttributeError):
         pass
     log.warning("%s/%s returned HTTP %d: %s", endpoint.pool, endpoint.name, status, text)
-    return APIError(status if status in (502, 503, 504) else 502, f"the upstream returned HTTP {status}")
+    return APIError(status if status in (429, 502, 503, 504) else 502, f"the upstream returned HTTP {status}")

@@ -1,7 +1,9 @@
 """Active health checks: every endpoint's ``/health`` on an interval.
 
 Passive ejection (in :mod:`gateway.upstream.pool`) reacts within a request; this loop brings an
-endpoint back once it answers again and takes out one that stopped answering while idle.
+endpoint back once it answers again and takes out one that stopped answering while idle. A passing
+check also ends a passive ejection at once: a restarted endpoint is back in rotation within one
+``health.interval_s`` of answering, not after whatever back-off its failures had built up.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
     if ok != endpoint.healthy:
         log.warning("endpoint %s/%s is %s", endpoint.pool, endpoint.name, "healthy" if ok else "unhealthy")
     endpoint.healthy = ok
+    if ok and endpoint.ejected():
+        log.warning("endpoint %s/%s passed its health check: ejection ended", endpoint.pool, endpoint.name)
+        endpoint.end_ejection()
     return ok
 
 

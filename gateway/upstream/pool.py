@@ -3,6 +3,17 @@
 Balancing is least-outstanding-requests weighted by the endpoint's weight. Health has two inputs:
 active checks (``healthy``) and passive ejection after consecutive failures, with exponential
 back-off, so a crashing endpoint is skipped before the next health check notices.
+
+Ejection follows the outlier-detection rules that keep it from causing an outage itself:
+
+* a failure only counts when the request was sent after the endpoint's last ejection ended, so the
+  requests that were in flight when it was ejected do not eject it again (nor double its back-off);
+* a passing active health check ends an ejection early, a failing one takes the endpoint out;
+* at most ``health.max_ejection_percent`` of a pool is ejected at once, and never its last endpoint;
+* when no endpoint of the candidate pools is usable, the caller picks among all of them anyway
+  (panic mode, :meth:`Pool.pick` with ``panic=True``) rather than failing the request;
+* an upstream that says it is busy (503, 429) is not broken: its weight drops for a while
+  (:meth:`Endpoint.mark_busy`) and the request goes elsewhere.
 """
 
 from __future__ import annotations
@@ -27,26 +38,50 @@ class Endpoint:
     ejections: int = 0
     ejected_until: float = 0.0
     draining: bool = False
+    busy_until: float = 0.0
+    busy_weight: float = 1.0
 
     def available(self, now: float | None = None) -> bool:
         if not self.healthy or self.draining:
             return False
-        return self.ejected_until <= (time.monotonic() if now is None else now)
+        return not self.ejected(now)
+
+    def ejected(self, now: float | None = None) -> bool:
+        return self.ejected_until > (time.monotonic() if now is None else now)
+
+    def effective_weight(self, now: float) -> float:
+        """The configured weight, lowered while the endpoint recently said it was busy."""
+        return self.weight * self.busy_weight if self.busy_until > now else self.weight
 
     def record_success(self) -> None:
         self.consecutive_failures = 0
         self.ejections = 0
 
-    def record_failure(self, health: HealthConfig) -> bool:
-        """Count a failed request; return True when this failure ejects the endpoint."""
-        self.consecutive_failures += 1
-        if self.consecutive_failures < health.eject_after_failures:
-            return False
+    def counts(self, sent_at: float, now: float | None = None) -> bool:
+        """Whether the outcome of a request sent at ``sent_at`` says anything about the endpoint now.
+
+        Requests sent before the last ejection ended (or while it lasts: panic mode) were already
+        accounted for by that ejection.
+        """
+        return not self.ejected(now) and sent_at >= self.ejected_until
+
+    def mark_busy(self, health: HealthConfig) -> None:
+        """The endpoint answered "busy" (overload): send it less for ``health.busy_s``, keep it in."""
+        self.busy_until = time.monotonic() + health.busy_s
+        self.busy_weight = health.busy_weight
+
+    def eject(self, health: HealthConfig, now: float) -> None:
         backoff = min(health.eject_max_s, health.eject_base_s * (2**self.ejections))
         self.ejections += 1
         self.consecutive_failures = 0
-        self.ejected_until = time.monotonic() + backoff
-        return True
+        self.ejected_until = now + backoff
+
+    def end_ejection(self) -> None:
+        """A passing health check: back in rotation now; the back-off multiplier is kept."""
+        now = time.monotonic()
+        if self.ejected_until > now:
+            self.ejected_until = now
+        self.consecutive_failures = 0
 
 
 @dataclass(eq=False)
@@ -66,10 +101,15 @@ class Pool:
         now = time.monotonic()
         return any(e.available(now) for e in self.endpoints)
 
-    def pick(self, exclude: Iterable[Endpoint] = ()) -> Endpoint | None:
-        """The available endpoint with the fewest outstanding requests per unit of weight.
+    def ejected(self) -> int:
+        now = time.monotonic()
+        return sum(e.ejected(now) for e in self.endpoints)
 
-        Ties rotate, so an idle pool still spreads requests over its endpoints.
+    def pick(self, exclude: Iterable[Endpoint] = (), panic: bool = False) -> Endpoint | None:
+        """The available endpoint with the fewest outstanding requests per unit of (effective) weight.
+
+        Ties rotate, so an idle pool still spreads requests over its endpoints. With ``panic`` every
+        endpoint not draining is a candidate, whether ejected or failing its health checks.
         """
         skip = set(exclude)
         now = time.monotonic()
@@ -79,12 +119,36 @@ class Pool:
         start = next(self._ticket) % n if n else 0
         for i in range(n):
             ep = self.endpoints[(start + i) % n]
-            if ep in skip or not ep.available(now):
+            if ep in skip or ep.draining or not (panic or ep.available(now)):
                 continue
-            score = (ep.outstanding + 1) / ep.weight
+            score = (ep.outstanding + 1) / ep.effective_weight(now)
             if best is None or score < best_score:
                 best, best_score = ep, score
         return best
+
+    def record_failure(self, endpoint: Endpoint, health: HealthConfig, sent_at: float) -> bool:
+        """Count a failed request sent at ``sent_at``; return True when this failure ejects the endpoint.
+
+        Failures of requests that predate the endpoint's last ejection do not count, and an
+        endpoint is not ejected when that would put more than ``health.max_ejection_percent`` of
+        the pool, or its last usable endpoint, out.
+        """
+        now = time.monotonic()
+        if not endpoint.counts(sent_at, now):
+            return False
+        endpoint.consecutive_failures += 1
+        if endpoint.consecutive_failures < health.eject_after_failures:
+            return False
+        if not self._may_eject(endpoint, health, now):
+            return False
+        endpoint.eject(health, now)
+        return True
+
+    def _may_eject(self, endpoint: Endpoint, health: HealthConfig, now: float) -> bool:
+        ejected = sum(e.ejected(now) for e in self.endpoints)
+        if (ejected + 1) * 100 > health.max_ejection_percent * len(self.endpoints):
+            return False
+        return any(e is not endpoint and e.available(now) for e in self.endpoints)
 
     def set_endpoints(self, endpoints: list[Endpoint]) -> list[Endpoint]:
         """Replace the endpoint list (discovery); return the endpoints that left, now draining."""

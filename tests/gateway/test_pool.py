@@ -42,20 +42,22 @@ def test_exclude_unhealthy_and_ejected():
 
 def test_ejection_after_consecutive_failures_with_backoff():
     health = HealthConfig(eject_after_failures=2, eject_base_s=1.0, eject_max_s=3.0)
-    ep = _pool(1).endpoints[0]
-    assert not ep.record_failure(health)
+    pool = _pool(1, 1)
+    ep = pool.endpoints[0]
+    assert not pool.record_failure(ep, health, time.monotonic())
     assert ep.available()
-    assert ep.record_failure(health)
+    assert pool.record_failure(ep, health, time.monotonic())
     assert not ep.available()
     first = ep.ejected_until - time.monotonic()
     ep.ejected_until = 0
-    ep.record_failure(health)
-    ep.record_failure(health)
+    pool.record_failure(ep, health, time.monotonic())
+    pool.record_failure(ep, health, time.monotonic())
     second = ep.ejected_until - time.monotonic()
     assert second > first  # exponential back-off
-    ep.ejected_until = 0
     for _ in range(10):
-        ep.record_failure(health)
+        ep.ejected_until = 0
+        pool.record_failure(ep, health, time.monotonic())
+        pool.record_failure(ep, health, time.monotonic())
     assert ep.ejected_until - time.monotonic() <= 3.0 + 0.01  # capped
     ep.record_success()
     assert ep.ejections == 0

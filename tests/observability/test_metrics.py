@@ -19,7 +19,7 @@ BOUNDED_LABELS = {"route", "pool", "class", "status", "strategy", "reason", "end
                   "to_pool", "state"}  # fmt: skip
 #: a base unit, or what is counted; ``_estimate`` is a probability (alpha-hat), dimensionless
 UNITS = ("_seconds", "_ratio", "_requests", "_tokens", "_decisions", "_errors", "_retries", "_failovers",
-         "_up", "_estimate")  # fmt: skip
+         "_up", "_estimate", "_ejections", "_ejected")  # fmt: skip
 
 
 def _collectors(metrics: Metrics) -> list[object]:

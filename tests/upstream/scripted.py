@@ -1,0 +1,146 @@
+"""Raw asyncio upstreams that answer completion requests as a shared script says, on loopback.
+
+Several servers share one :class:`Script`: the n-th completion request, whichever server gets it,
+is answered the n-th way, so a test knows which answer a retry meets without depending on which
+endpoint the balancer tries first. ``GET`` requests (health checks, ``/metrics``) always get a 200.
+Every answer closes its connection, so the gateway's pool never holds a half-read one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Literal
+
+import orjson
+
+Answer = Literal["ok", "cut_body", "stall_body", "cut_stream", "early_end", "busy", "error", "error_event"]
+
+
+def completion(model: str = "m") -> bytes:
+    return orjson.dumps(
+        {
+            "id": "cmpl-0123456789abcdef",
+            "object": "text_completion",
+            "created": 1,
+            "model": model,
+            "choices": [{"index": 0, "text": "Hello there", "logprobs": None, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2},
+        }
+    )
+
+
+def stream_events(model: str = "m") -> list[bytes]:
+    """A completion stream as vLLM sends it with continuous usage: two tokens, usage, ``[DONE]``."""
+
+    def chunk(text: str, finish: str | None, tokens: int) -> bytes:
+        usage = {"prompt_tokens": 3, "total_tokens": 3 + tokens, "completion_tokens": tokens}
+        body = {
+            "id": "cmpl-0123456789abcdef",
+            "object": "text_completion",
+            "created": 1,
+            "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "usage": usage,
+        }
+        return b"data: " + orjson.dumps(body) + b"\n\n"
+
+    return [chunk("Hello", None, 1), chunk(" there", "length", 2), b"data: [DONE]\n\n"]
+
+
+@dataclass
+class Script:
+    """How the n-th completion request is answered (the last entry repeats)."""
+
+    answers: list[Answer]
+    log: list[tuple[str, Answer]] = field(default_factory=list)  # (server name, answer) per request
+
+    def next(self, server: str) -> Answer:
+        answer = self.answers[min(len(self.log), len(self.answers) - 1)]
+        self.log.append((server, answer))
+        return answer
+
+
+@dataclass
+class Scripted:
+    name: str
+    script: Script
+    server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            sizes = [int(ln.split(b":", 1)[1]) for ln in lines if ln.lower().startswith(b"content-length:")]
+            length = sizes[0] if sizes else 0
+            body = await reader.readexactly(length) if length else b""
+            if lines[0].startswith(b"GET"):
+                writer.write(_response(200, b"{}"))
+            else:
+                await self._answer(reader, writer, self.script.next(self.name), b'"stream":true' in body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer, stream: bool
+    ) -> None:
+        if answer == "busy":
+            writer.write(_response(503, b'{"error":{"message":"busy","code":503}}'))
+        elif answer == "error":
+            writer.write(_response(500, b'{"error":{"message":"engine failed","code":500}}'))
+        elif not stream:
+            body = completion()
+            if answer == "ok":
+                writer.write(_response(200, body))
+            else:  # cut_body / stall_body: the full length announced, half of it sent
+                writer.write(_response(200, body)[: -len(body) // 2])
+                if answer == "stall_body":  # silent until the client gives up and closes
+                    await writer.drain()
+                    await reader.read()
+        else:
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+            )
+            events = stream_events()
+            if answer in ("cut_stream", "early_end"):
+                events = events[:1]
+            elif answer == "error_event":  # vLLM's error event inside a stream, then [DONE]
+                error = b'{"error":{"message":"CUDA error at /srv/engine/worker.py:42","code":500}}'
+                events = [events[0], b"data: " + error + b"\n\n", events[-1]]
+            for event in events:
+                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                await writer.drain()
+            if answer != "cut_stream":  # early_end: a proper end of the body, but no [DONE]
+                writer.write(b"0\r\n\r\n")
+
+
+def _response(status: int, body: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%s" % (status, len(body), body)
+    )
+
+
+@asynccontextmanager
+async def serving(script: Script, *names: str) -> AsyncIterator[list[Scripted]]:
+    """One listening :class:`Scripted` per name, sharing ``script``; closed on exit."""
+    async with AsyncExitStack() as stack:
+        servers = []
+        for name in names:
+            s = Scripted(name, script)
+            s.server = await asyncio.start_server(s.handle, "127.0.0.1", 0)
+            stack.push_async_callback(s.server.wait_closed)
+            stack.callback(s.server.close)
+            servers.append(s)
+        yield servers

@@ -1,0 +1,147 @@
+"""A non-streamed request whose upstream body breaks is sent again: the client has seen nothing.
+
+The gateway runs on uvicorn on loopback in front of scripted raw-socket upstreams
+(:mod:`tests.upstream.scripted`); the client is the real ``openai`` SDK with its own retries off, so
+every failure the gateway lets through is seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway import stack
+from gateway.app import create_app
+from gateway.config import Settings, load_settings
+from tests.upstream.scripted import Answer, Script, Scripted, serving
+
+
+def _settings(spec: list[Scripted], base: list[Scripted], **extra: Any) -> Settings:
+    def pool(servers: list[Scripted]) -> dict[str, Any]:
+        return {"endpoints": [{"name": s.name, "url": s.url} for s in servers], "models": ["m"]}
+
+    overrides = {
+        "pools": {"speculative": pool(spec), "baseline": pool(base)},
+        "logging": {"access_log": False},
+        "routing": {"strategy": "always-baseline"},
+        "health": {"interval_s": 60},
+        **extra,
+    }
+    return load_settings(overrides=overrides)
+
+
+@asynccontextmanager
+async def _gateway(settings: Settings) -> AsyncIterator[str]:
+    """The app on uvicorn at a free loopback port, in this event loop; stopped on exit."""
+    port = stack.free_port()
+    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:  # uvicorn offers no event for it
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@asynccontextmanager
+async def _setup(
+    answers: list[Answer], **extra: Any
+) -> AsyncIterator[tuple[openai.AsyncOpenAI, Script, str]]:
+    """Two speculative and two baseline scripted endpoints sharing ``answers``, and a client."""
+    script = Script(answers)
+    async with serving(script, "spec-a", "spec-b", "base-a", "base-b") as servers:
+        settings = _settings(servers[:2], servers[2:], **extra)
+        async with (
+            _gateway(settings) as url,
+            openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30) as client,
+        ):
+            yield client, script, url
+
+
+async def _metric(url: str, name: str, **labels: str) -> float:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(url + "/metrics", timeout=10)).text
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+@pytest.mark.parametrize("broken", ["cut_body", "stall_body"])
+async def test_a_non_streamed_body_that_breaks_is_sent_again_to_another_endpoint(broken):
+    # a reset mid-body, or a silence longer than the gap budget, on whichever endpoint is tried first
+    async with _setup([broken, "ok"], timeouts={"chunk_gap_s": 0.5}) as (client, script, url):
+        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert answer.choices[0].text == "Hello there"
+        assert [a for _, a in script.log] == [broken, "ok"]
+        first, second = (name for name, _ in script.log)
+        assert first != second  # not the endpoint that broke
+        assert await _metric(url, "specroute_upstream_retries_total") == 1
+
+
+@pytest.mark.parametrize("broken", ["cut_stream", "early_end"])
+async def test_an_assembled_stream_that_breaks_or_ends_early_is_sent_again(broken):
+    # the speculative pool gets non-streamed requests as streams and assembles the body
+    extra = {"routing": {"strategy": "always-speculative"}}
+    async with _setup([broken, "ok"], **extra) as (client, script, _):
+        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert answer.choices[0].text == "Hello there"
+        assert answer.choices[0].finish_reason == "length"
+        assert [a for _, a in script.log] == [broken, "ok"]
+        assert script.log[0][0] != script.log[1][0]
+        assert all(name.startswith("spec") for name, _ in script.log)
+
+
+async def test_resends_come_out_of_the_same_attempt_budget():
+    async with _setup(["cut_body"], retries={"attempts": 2}) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 502
+        assert len(script.log) == 2  # two tries in all, not two per endpoint
+
+
+@pytest.mark.parametrize("broken", ["cut_stream", "early_end"])
+async def test_an_assembled_stream_is_resent_within_the_budget_and_then_reported(broken):
+    extra = {"routing": {"strategy": "always-speculative"}, "retries": {"attempts": 3}}
+    async with _setup([broken], **extra) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 502
+        assert len(script.log) == 3
+        assert len({name for name, _ in script.log}) == 3  # two speculative, then the other pool
+
+
+async def test_with_no_endpoint_left_to_resend_to_the_broken_body_is_reported_not_a_503():
+    extra = {"retries": {"attempts": 3, "failover_to_other_pool": False}}
+    async with _setup(["cut_body"], **extra) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 502
+        assert "broke the connection" in e.value.message
+        assert len(script.log) == 2  # both baseline endpoints, and no third to try
+
+
+async def test_an_error_event_in_an_assembled_stream_reaches_the_client_as_status_and_request_id_only():
+    extra = {"routing": {"strategy": "always-speculative"}, "retries": {"attempts": 2}}
+    async with _setup(["error_event"], **extra) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 500
+        assert len(script.log) == 2  # a server error in the stream is sent again first
+        assert "CUDA" not in e.value.message and "/srv" not in e.value.message
+        assert "request id" in e.value.message
