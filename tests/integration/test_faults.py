@@ -5,8 +5,8 @@ answers 1 % of completion requests with a 500, 1 % with a 503 "busy", resets 1 %
 byte, 1 % part-way through the body, and holds 1 % for two seconds before resetting them. The gateway
 runs with its defaults except a first-byte budget below the hang and no access log
 (``FAULTMIX_ATTEMPTS`` sets ``retries.attempts`` to try others). Its promise: no client sees a failure
-before its first byte, streamed or not. A stream cut after bytes reached the client cannot be retried here; those are counted and
-printed, not asserted.
+before its first byte, streamed or not. Streams cut after bytes reached the client are counted and
+printed.
 
 The second test stops an endpoint, lets forwarding eject it with a long back-off, restarts it on the
 same port and checks that the health checks bring it back long before that back-off ends.
