@@ -85,6 +85,11 @@ class RetryConfig(_Strict):
     attempts: int = Field(default=3, ge=1, le=10, description="tries in all, across endpoints and pools")
     failover_to_other_pool: bool = True
     backoff_s: float = Field(default=0.0, ge=0)
+    resume_streams: bool = Field(
+        default=True,
+        description="continue a stream that breaks after the client had part of it on another endpoint, "
+        "from the text sent so far, within `attempts`",
+    )
 
 
 class HealthConfig(_Strict):
