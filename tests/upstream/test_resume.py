@@ -168,6 +168,7 @@ class ScriptedSSE:
 
     events: list[bytes]
     break_after: int | None = None
+    stall_after: int | None = None  # then send nothing more, keeping the connection open
     status: int = 200
     bodies: list[dict[str, Any]] = field(default_factory=list)
     server: asyncio.Server | None = None
@@ -193,6 +194,9 @@ class ScriptedSSE:
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             )
             for i, event in enumerate(self.events):
+                if i == self.stall_after:
+                    await reader.read()  # until the gateway gives up and closes
+                    return
                 if i == self.break_after:
                     writer.write(_chunked(event[: len(event) // 2]))
                     await writer.drain()
@@ -215,14 +219,17 @@ class ScriptedSSE:
 
 
 @asynccontextmanager
-async def _pools(spec: ScriptedSSE, base: ScriptedSSE, attempts: int = 3) -> AsyncIterator[Upstreams]:
+async def _pools(
+    spec: ScriptedSSE, base: ScriptedSSE, attempts: int = 3, gap_s: float = 30.0
+) -> AsyncIterator[Upstreams]:
     for s in (spec, base):
         s.server = await asyncio.start_server(s.handle, "127.0.0.1", 0)
     pools = {
         "speculative": {"endpoints": [{"name": "spec-0", "url": spec.url}], "models": ["m"]},
         "baseline": {"endpoints": [{"name": "base-0", "url": base.url}], "models": ["m"]},
     }
-    settings = load_settings(overrides={"pools": pools, "retries": {"attempts": attempts}})
+    overrides = {"pools": pools, "retries": {"attempts": attempts}, "timeouts": {"chunk_gap_s": gap_s}}
+    settings = load_settings(overrides=overrides)
     try:
         async with upstreams_for(settings) as upstreams:
             yield upstreams
@@ -275,12 +282,15 @@ PAYLOAD = {
 }
 
 
-async def _relay(upstreams: Upstreams, payload: dict[str, Any]) -> tuple[list[bytes], list[Any]]:
+async def _relay(
+    upstreams: Upstreams, payload: dict[str, Any], chat: bool = True
+) -> tuple[list[bytes], list[Any]]:
+    path = "/v1/chat/completions" if chat else "/v1/completions"
     body, wants_usage, wants_continuous = request_usage(payload)
     meter = StreamMeter(0.0, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
-    resume = Resumption(True, "/v1/chat/completions", payload, {"content-type": "application/json"})
+    resume = Resumption(chat, path, payload, {"content-type": "application/json"})
     meter.transcript = resume.transcript
-    sent = await upstreams.send("/v1/chat/completions", body, {}, "speculative")
+    sent = await upstreams.send(path, body, {}, "speculative")
     done: list[Any] = []
 
     def on_done(s: Sent, failed: int | None) -> None:
@@ -337,3 +347,57 @@ async def test_a_continuation_that_fails_ends_the_stream_with_an_error_event() -
     assert len(base.bodies) == 1  # one endpoint left: tried once, the broken one never again
     assert b'"code":502' in events[-2] and events.count(b"data: [DONE]") == 1
     assert done == [("spec-0", 502, [])]
+
+
+async def test_a_silent_stream_is_resumed_after_the_gap_timeout() -> None:
+    spec, base = ScriptedSSE(FIRST, stall_after=3), ScriptedSSE(REST)
+    async with _pools(spec, base, gap_s=0.2) as upstreams:
+        events, done = await _relay(upstreams, PAYLOAD)
+        timeouts = {"pool": "speculative", "endpoint": "spec-0", "kind": "timeout"}
+        assert upstreams.metrics.registry.get_sample_value("specroute_upstream_errors_total", timeouts) == 1
+        assert _resumptions(upstreams, "resumed") == 1
+    chunks = [orjson.loads(e[len(b"data: ") :]) for e in events[:-1]]
+    text = "".join(ch["delta"].get("content", "") for c in chunks for ch in c["choices"])
+    assert text == "The sea is calm tonight." and events[-1] == b"data: [DONE]"
+    assert done == [("base-0", None, ["base-0"])]
+
+
+def _cmpl_event(
+    cid: str, text: str, ids: list[int], tokens: int, prompt_ids: list[int] | None, **kw: Any
+) -> bytes:
+    choice = {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": kw.get("finish"),
+        "stop_reason": None,
+        "prompt_token_ids": prompt_ids,
+        "token_ids": ids,
+    }
+    prompt = len(prompt_ids or [0, 0])
+    usage = {"prompt_tokens": prompt, "total_tokens": prompt + tokens, "completion_tokens": tokens}
+    obj = {"id": cid, "object": "text_completion", "created": 7 if cid == "a" else 99, "model": "m"}
+    return _sse({**obj, "choices": [choice], "usage": usage})
+
+
+async def test_a_completion_with_token_ids_continues_from_the_ids() -> None:
+    first = [
+        _cmpl_event("a", " up", [70], 1, [1, 44]),
+        _cmpl_event("a", "on", [71], 2, None),
+        _cmpl_event("a", " a", [72], 3, None),
+    ]
+    rest = [
+        _cmpl_event("b", " a", [72], 1, [1, 44, 70, 71]),
+        _cmpl_event("b", " time", [73], 2, None, finish="length"),
+        _sse("[DONE]"),
+    ]
+    spec, base = ScriptedSSE(first, break_after=2), ScriptedSSE(rest)
+    payload = {"model": "m", "prompt": "Once", "max_tokens": 4, "stream": True, "return_token_ids": True}
+    async with _pools(spec, base) as upstreams:
+        events, _ = await _relay(upstreams, payload, chat=False)
+    assert base.bodies[0]["prompt"] == [1, 44, 70, 71] and base.bodies[0]["max_tokens"] == 2
+    chunks = [orjson.loads(e[len(b"data: ") :]) for e in events[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == " upon a time"
+    assert [t for c in chunks for t in c["choices"][0]["token_ids"]] == [70, 71, 72, 73]
+    assert [c["choices"][0]["prompt_token_ids"] for c in chunks] == [[1, 44], None, None, None]
+    assert not [c for c in chunks if "usage" in c]  # not asked for: stripped from both upstreams
