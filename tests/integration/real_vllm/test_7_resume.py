@@ -17,8 +17,10 @@ from .servers import MODEL_NAME, Fleet, VllmServer
 
 pytestmark = pytest.mark.real_vllm
 
-MAX_TOKENS = 400  # long enough that the kill lands well inside the answer
-KILL_AFTER = 8  # data events read by the client when the serving vLLM is killed
+# The tiny model writes hundreds of tokens a second: the answer is made as long as the context allows
+# and the server killed as soon as the client has its first events, so the kill lands inside it.
+MAX_TOKENS = 900
+KILL_AFTER = 2  # data events read by the client when the serving vLLM is killed
 FORCED = {"x-specroute-pool": "speculative"}
 
 
@@ -43,6 +45,7 @@ def _stream(
             events.append(json.loads(line[len("data: ") :]))
             if kill is not None and len(events) == KILL_AFTER:
                 os.killpg(kill.popen.pid, signal.SIGKILL)
+                kill.popen.wait(30)
     assert done == 1
     assert not [e for e in events if "error" in e], events[-1]
     assert len({(e["id"], e["created"]) for e in events}) == 1
