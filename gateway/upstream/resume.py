@@ -18,7 +18,10 @@ is not repeated, and token counts in ``usage`` are summed (the prompt is the cli
 * ``max_tokens`` / ``max_completion_tokens`` / ``min_tokens`` shrink by the tokens already sent;
   ``stop`` and every other option go along unchanged.
 
-Greedy decoding (temperature 0) resumes to exactly the text an unbroken run gives. Sampled output
+Greedy decoding (temperature 0) resumes to exactly the text an unbroken run gives, with one caveat:
+while a stop string longer than one character may be forming, vLLM holds back the text that could
+start it (those tokens are generated and counted, not sent), so the text sent can end inside a
+token, and the text continued from is then not quite the unbroken run's context. Sampled output
 resumes to a valid continuation of what was sent, drawn afresh; a ``seed`` does not make it
 reproducible. Frequency and presence penalties, which count only the answer's own tokens, restart
 with the continuation.
