@@ -14,7 +14,9 @@ is not repeated, and token counts in ``usage`` are summed (the prompt is the cli
   still a valid one, just not necessarily the same. The gateway does not ask for ids itself: they
   would have to be cut out of every chunk of every stream the client did not ask them for.
 * chat continues the partial assistant message: ``messages`` + ``{"role": "assistant", "content":
-  <text sent>}`` with ``continue_final_message: true`` and ``add_generation_prompt: false``.
+  <text sent>}`` with ``continue_final_message: true`` and ``add_generation_prompt: false``; the
+  chat template renders that message open, and its text is re-tokenised as above (vLLM's chat API
+  takes no token ids).
 * ``max_tokens`` / ``max_completion_tokens`` / ``min_tokens`` shrink by the tokens already sent;
   ``stop`` and every other option go along unchanged.
 

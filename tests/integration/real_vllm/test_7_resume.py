@@ -111,3 +111,15 @@ def test_chat_resumed_equals_an_unbroken_run(gateway: str, fresh_speculative: Vl
     assert _text(broken) == _text(whole)
     assert sum("role" in c["delta"] for e in broken for c in e["choices"]) == 1
     assert broken[-1]["usage"] == whole[-1]["usage"]
+
+
+def test_completion_resumed_from_text_equals_an_unbroken_run(
+    gateway: str, fresh_speculative: VllmServer
+) -> None:
+    """Without token ids the continuation's prompt is the prompt plus the text sent, re-tokenised."""
+    body = completion(MODEL_NAME, PROMPTS[3], max_tokens=MAX_TOKENS)
+    before = _resumed(gateway)
+    whole = _stream(gateway, "/v1/completions", body)
+    broken = _stream(gateway, "/v1/completions", body, kill=fresh_speculative)
+    assert _resumed(gateway) == before + 1
+    assert _text(broken) == _text(whole)
