@@ -102,9 +102,17 @@ async def _handle(request: Request, api: Api) -> Response:
         if not gw.settings.auth.api_keys and "authorization" in request.headers:
             headers["authorization"] = request.headers["authorization"]
         meter: StreamMeter | None = None
+        resume: Resumption | None = None
         if payload.get("stream") is True:
-            body, wants_usage, wants_continuous = request_usage(payload)
+            upstream_payload = payload
+            if gw.settings.retries.resume_streams and refusal(payload, api == "chat") is None:
+                resume = Resumption(api == "chat", PATHS[api], payload, headers)
+                upstream_payload = resume.upstream_payload(gw.settings.retries.resume_with_token_ids)
+            body, wants_usage, wants_continuous = request_usage(upstream_payload)
             meter = StreamMeter(ex.started, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
+            if resume is not None:
+                meter.transcript = resume.transcript
+                meter.strip_token_ids = resume.strip_token_ids
         elif decision.pool == "speculative" and can_assemble(payload, api):
             # stream from upstream to measure acceptance; the client still gets one JSON body
             body = stream_body(payload)
@@ -126,10 +134,6 @@ async def _handle(request: Request, api: Api) -> Response:
     if meter is not None and status < 300 and meter.collect is not None:
         return await _assembled(request, ex, sent, meter, out_headers)
     if meter is not None and status < 300:
-        resume = None
-        if gw.settings.retries.resume_streams and refusal(payload, api == "chat") is None:
-            resume = Resumption(api == "chat", PATHS[api], payload, headers)
-            meter.transcript = resume.transcript
 
         def done(s: Sent, failed: int | None) -> None:
             _finish(ex, s, failed or status, meter, resumption=resume)

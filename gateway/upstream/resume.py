@@ -11,8 +11,10 @@ is not repeated, and token counts in ``usage`` are summed (the prompt is the cli
   exact: they are the very context the model was in. Text is re-tokenised, which gives the same
   tokens except where the tokenizer would merge the last token sent with the next one (a cut inside
   a word, or a prompt ending where the answer starts without a space); the continuation is then
-  still a valid one, just not necessarily the same. The gateway does not ask for ids itself: they
-  would have to be cut out of every chunk of every stream the client did not ask them for.
+  still a valid one, just not necessarily the same (a byte-level tokenizer whose text holds half a
+  character never round-trips). With ``retries.resume_with_token_ids`` the gateway asks for the
+  ids itself and cuts them out of the chunks again; off by default, as that rewrites every chunk of
+  every resumable completion stream.
 * chat continues the partial assistant message: ``messages`` + ``{"role": "assistant", "content":
   <text sent>}`` with ``continue_final_message: true`` and ``add_generation_prompt: false``; the
   chat template renders that message open, and its text is re-tokenised as above (vLLM's chat API
@@ -162,9 +164,17 @@ class Resumption:
     payload: dict[str, Any]
     headers: dict[str, str]
     transcript: Transcript = field(default_factory=Transcript)
+    strip_token_ids: bool = False  # the gateway asked for the token ids, not the client
     attempts_used: int = 0  # upstream tries so far, the first response's included
     broken: list[Endpoint] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=list)  # where the stream went on
+
+    def upstream_payload(self, with_token_ids: bool) -> dict[str, Any]:
+        """The request to send first: a completion asks for token ids when ``with_token_ids``."""
+        if self.chat or not with_token_ids or self.payload.get("return_token_ids"):
+            return self.payload
+        self.strip_token_ids = True
+        return {**self.payload, "return_token_ids": True}
 
     def body(self) -> bytes | None:
         """The continuation request, or None when this stream cannot be continued."""
@@ -188,6 +198,8 @@ class Resumption:
             prompt = payload.get("prompt")
             if t.token_ids is not None and t.prompt_token_ids is not None:
                 payload["prompt"] = t.prompt_token_ids + t.token_ids
+                if self.strip_token_ids:
+                    payload["return_token_ids"] = True
             elif isinstance(prompt, str):
                 payload["prompt"] = prompt + text
             elif isinstance(prompt, list) and _one_text(prompt):

@@ -401,3 +401,43 @@ async def test_a_completion_with_token_ids_continues_from_the_ids() -> None:
     assert [t for c in chunks for t in c["choices"][0]["token_ids"]] == [70, 71, 72, 73]
     assert [c["choices"][0]["prompt_token_ids"] for c in chunks] == [[1, 44], None, None, None]
     assert not [c for c in chunks if "usage" in c]  # not asked for: stripped from both upstreams
+
+
+async def test_ids_the_gateway_asked_for_resume_exactly_and_stay_hidden() -> None:
+    first = [
+        _cmpl_event("a", " up", [70], 1, [1, 44]),
+        _cmpl_event("a", "on", [71], 2, None),
+        _cmpl_event("a", " a", [72], 3, None),
+    ]
+    rest = [
+        _cmpl_event("b", " a", [72], 1, [1, 44, 70, 71]),
+        _cmpl_event("b", " time", [73], 2, None, finish="length"),
+        _sse("[DONE]"),
+    ]
+    spec, base = ScriptedSSE(first, break_after=2), ScriptedSSE(rest)
+    payload = {"model": "m", "prompt": "Once", "max_tokens": 4, "stream": True}
+    resume = Resumption(False, "/v1/completions", payload, {})
+    upstream = resume.upstream_payload(with_token_ids=True)
+    assert upstream["return_token_ids"] is True and "return_token_ids" not in payload
+    body, wants_usage, wants_continuous = request_usage(upstream)
+    meter = StreamMeter(0.0, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
+    meter.transcript, meter.strip_token_ids = resume.transcript, resume.strip_token_ids
+    async with _pools(spec, base) as upstreams:
+        sent = await upstreams.send("/v1/completions", body, {}, "speculative")
+        out = b"".join([p async for p in upstreams.relay(sent, meter, lambda s, f: None, resume)])
+    assert spec.bodies[0]["return_token_ids"] is True
+    assert base.bodies[0]["prompt"] == [1, 44, 70, 71] and base.bodies[0]["return_token_ids"] is True
+    events = [e for e in out.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]"
+    chunks = [orjson.loads(e[len(b"data: ") :]) for e in events[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == " upon a time"
+    assert {(c["choices"][0]["prompt_token_ids"], c["choices"][0]["token_ids"]) for c in chunks} == {
+        (None, None)
+    }
+
+
+def test_chat_and_clients_that_ask_for_ids_themselves_are_sent_as_they_are() -> None:
+    chat = Resumption(True, "/v1/chat/completions", {"messages": []}, {})
+    assert chat.upstream_payload(with_token_ids=True) is chat.payload and not chat.strip_token_ids
+    own = Resumption(False, "/v1/completions", {"prompt": "x", "return_token_ids": True}, {})
+    assert own.upstream_payload(with_token_ids=True) is own.payload and not own.strip_token_ids
