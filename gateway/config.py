@@ -125,6 +125,17 @@ class RetryConfig(_Strict):
         description="when no endpoint of the candidate pools is usable, try ejected or unhealthy ones "
         "anyway instead of answering 503",
     )
+    resume_streams: bool = Field(
+        default=True,
+        description="continue a stream that breaks after the client had part of it on another endpoint, "
+        "from the text sent so far, within `attempts`",
+    )
+    resume_with_token_ids: bool = Field(
+        default=False,
+        description="ask vLLM for token ids on resumable completion streams (removed again where the client "
+        "did not ask), so that a resumed completion continues from the exact tokens rather than "
+        "re-tokenised text; costs a rewrite of every chunk",
+    )
 
 
 class HealthConfig(_Strict):

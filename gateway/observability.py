@@ -128,6 +128,13 @@ class Metrics:
             ["pool"],
             registry=r,
         )
+        self.stream_resumptions = Counter(
+            "specroute_stream_resumptions",
+            "Streams that broke after the client had part of them, by the broken endpoint's pool and "
+            "outcome (resumed: went on elsewhere; refused: not continuable; failed: no endpoint took it).",
+            ["pool", "outcome"],
+            registry=r,
+        )
         self.failovers = Counter(
             "specroute_failovers",
             "Requests served by the other pool than the one decided.",
@@ -321,11 +328,15 @@ ACCESS_FIELDS = (
     "tpot_ms",
     "e2e_ms",
     "completion_tokens",
+    "resumed",
+    "resumed_on",
 )
 """Keys of every access-log line, in order; ``prompt`` follows only when ``logging.log_prompts`` is on.
 
 ``alpha_hat`` is the live acceptance estimate the routing decision used; ``acceptance`` and ``alpha``
-are what was measured on this very response (speculative pool only).
+are what was measured on this very response (speculative pool only, and not for a resumed stream).
+``resumed`` is how many times a broken stream went on on another endpoint, ``resumed_on`` those
+endpoints in order (``endpoint`` is the one that served the start).
 """
 
 
@@ -361,6 +372,7 @@ def access_record(
     tpot_s: float | None = None,
     e2e_s: float = 0.0,
     completion_tokens: int | None = None,
+    resumed_on: list[str] | None = None,
     prompt: object | None = None,
 ) -> dict[str, object]:
     """One access-log record with every key of :data:`ACCESS_FIELDS` (``None`` where unknown).
@@ -391,6 +403,8 @@ def access_record(
         "tpot_ms": _ms(tpot_s, 3),
         "e2e_ms": _ms(e2e_s),
         "completion_tokens": completion_tokens,
+        "resumed": len(resumed_on) if resumed_on else 0,
+        "resumed_on": resumed_on or None,
     }
     if prompt is not None:
         record["prompt"] = prompt

@@ -28,6 +28,7 @@ from gateway.routing.policy import Api, Decision, Outcome, RouteRequest
 from gateway.upstream.assemble import assemble, can_assemble, stream_body
 from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
+from gateway.upstream.resume import Resumption, refusal
 from gateway.upstream.stream import StreamMeter, request_usage
 
 log = logging.getLogger("specroute.api")
@@ -101,9 +102,17 @@ async def _handle(request: Request, api: Api) -> Response:
             # an upstream key configured for the endpoint replaces it (see upstream.credentials)
             headers["authorization"] = request.headers["authorization"]
         meter: StreamMeter | None = None
+        resume: Resumption | None = None
         if payload.get("stream") is True:
-            body, wants_usage, wants_continuous = request_usage(payload)
+            upstream_payload = payload
+            if gw.settings.retries.resume_streams and refusal(payload, api == "chat") is None:
+                resume = Resumption(api == "chat", PATHS[api], payload, headers)
+                upstream_payload = resume.upstream_payload(gw.settings.retries.resume_with_token_ids)
+            body, wants_usage, wants_continuous = request_usage(upstream_payload)
             meter = StreamMeter(ex.started, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
+            if resume is not None:
+                meter.transcript = resume.transcript
+                meter.strip_token_ids = resume.strip_token_ids
         elif decision.pool == "speculative" and can_assemble(payload, api):
             # stream from upstream to measure acceptance; the client still gets one JSON body
             body = stream_body(payload)
@@ -146,10 +155,10 @@ async def _handle(request: Request, api: Api) -> Response:
     if status < 300:
 
         def done(s: Sent, failed: int | None) -> None:
-            _finish(ex, s, failed or status, meter)
+            _finish(ex, s, failed or status, meter, resumption=resume)
 
         return Relay(
-            gw.upstreams.relay(sent, meter, done), status, headers=out_headers, media_type=media_type
+            gw.upstreams.relay(sent, meter, done, resume), status, headers=out_headers, media_type=media_type
         )
     return await _passed_through(request, ex, sent)
 
@@ -306,6 +315,10 @@ def _measure(gw: Gateway, sent: Sent, meter: StreamMeter) -> Measured | None:
     return measured or from_token_steps(meter.token_steps, k)
 
 
+def _name(sent: Sent | None) -> str | None:
+    return sent.endpoint.name if sent else None
+
+
 def _prompt(payload: dict[str, Any] | None) -> object | None:
     if payload is None:
         return None
@@ -333,9 +346,15 @@ def _finish(
     status: int,
     meter: StreamMeter | None = None,
     content: bytes | None = None,
+    resumption: Resumption | None = None,
 ) -> None:
-    """Observe one finished request: metrics, the policy's feedback, the access log."""
+    """Observe one finished request: metrics, the policy's feedback, the access log.
+
+    A resumed stream is not fed to the policy: its timing spans two endpoints and the break
+    between them, and its acceptance would mix (or half-measure) two upstreams.
+    """
     gw, decision = ex.gw, ex.decision
+    resumed_on = resumption.endpoints if resumption is not None and resumption.endpoints else None
     e2e = perf_counter() - ex.started
     pool = sent.pool if sent else (decision.pool if decision else "none")
     cls = decision.prompt_class if decision else "none"
@@ -357,7 +376,7 @@ def _finish(
             if tokens and tokens > 1:
                 tpot = (e2e - ttft) / (tokens - 1)
                 gw.metrics.tpot.labels(pool, cls).observe(tpot)
-        if meter is not None and sent.pool == "speculative":
+        if meter is not None and sent.pool == "speculative" and resumed_on is None:
             measured = _measure(gw, sent, meter)
         accepted = steps = drafted = None
         if measured is not None:
@@ -365,21 +384,22 @@ def _finish(
             gw.metrics.request_acceptance.labels(cls).observe(measured.rate)
             gw.metrics.accepted_tokens.labels(cls).inc(accepted)
             gw.metrics.draft_tokens.labels(cls).inc(drafted)
-        gw.policy.observe(
-            Outcome(
-                decision,
-                sent.pool,
-                sent.endpoint.name,
-                status,
-                ttft,
-                e2e,
-                tokens,
-                chunks,
-                accepted,
-                drafted,
-                steps,
+        if resumed_on is None:
+            gw.policy.observe(
+                Outcome(
+                    decision,
+                    sent.pool,
+                    sent.endpoint.name,
+                    status,
+                    ttft,
+                    e2e,
+                    tokens,
+                    chunks,
+                    accepted,
+                    drafted,
+                    steps,
+                )
             )
-        )
     if gw.settings.logging.access_log:
         access_log(
             access_record(
@@ -389,7 +409,7 @@ def _finish(
                 status=status,
                 pool=pool,
                 decided_pool=decision.pool if decision else None,
-                endpoint=sent.endpoint.name if sent else None,
+                endpoint=resumption.broken[0].name if resumed_on and resumption else _name(sent),
                 prompt_class=cls,
                 kind=decision.kind if decision else None,
                 reason=decision.reason if decision else None,
@@ -405,6 +425,7 @@ def _finish(
                 tpot_s=tpot,
                 e2e_s=e2e,
                 completion_tokens=tokens,
+                resumed_on=resumed_on,
                 prompt=_prompt(ex.payload) if gw.settings.logging.log_prompts else None,
             )
         )

@@ -130,6 +130,10 @@ def _get_bool(d: dict[str, Any], name: str, default: bool) -> bool:
 class Prompt:
     text: str  # what decides alpha and the generated text
     ids: tuple[int, ...]
+    # A chat whose last (assistant) message is left open: the conversation before it, and that
+    # message's text, which the model continues when it is the start of its own answer.
+    origin: Prompt | None = None
+    said: str = ""
 
 
 @dataclass(slots=True)
@@ -265,11 +269,26 @@ def _chat_prompt(d: dict[str, Any]) -> Prompt:
                 "string_type", ["body", "messages", i, "role"], _TYPE_MSGS["string_type"], role
             )
         pairs.append((role, _message_text(msg.get("content"), i)))
+    continue_final = _get_bool(d, "continue_final_message", False)
+    if continue_final and _get_bool(d, "add_generation_prompt", True):
+        raise validation_error(
+            "value_error",
+            ["body"],
+            "Value error, Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+            d,
+        )
+    origin = None
+    if continue_final and len(pairs) > 1 and pairs[-1][0] == "assistant":
+        origin = Prompt(_chat_text(pairs[:-1]), encode_chat(pairs[:-1]))
+    said = pairs[-1][1] if origin is not None else ""
+    return Prompt(_chat_text(pairs), encode_chat(pairs, continue_final), origin, said)
+
+
+def _chat_text(pairs: list[tuple[str, str]]) -> str:
     # alpha and the generated text follow what the user (and system) asked, not the template
-    text = "\n".join(c for r, c in pairs if r in ("user", "system", "developer")) or "\n".join(
+    return "\n".join(c for r, c in pairs if r in ("user", "system", "developer")) or "\n".join(
         c for _, c in pairs
     )
-    return Prompt(text, encode_chat(pairs))
 
 
 def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequest:

@@ -34,7 +34,7 @@ from gateway.emulator.protocol import (
     parse_json,
     parse_request,
 )
-from gateway.emulator.textgen import TextSource
+from gateway.emulator.textgen import TextSource, opening_categories, split_points
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -203,12 +203,14 @@ class EmulatorApp:
     def _add_seq(self, group: Group, index: int, p: Prompt, req: GenRequest, head: bytes) -> Seq:
         cfg = self.cfg
         material = head + array("i", p.ids).tobytes()
-        text_seed = int.from_bytes(hashlib.blake2b(material + b"text", digest_size=8).digest(), "little")
         acc_seed = int.from_bytes(hashlib.blake2b(material + b"acc", digest_size=8).digest(), "little")
-        prof = profile(p.text)
-        alpha = effective_alpha(prof.alpha, req.temperature, cfg.acceptance_scale, req.emulated_acceptance)
+        source, text = _continued(p, req, head)
+        if source is None:
+            source, text = _source(p.text, p.ids, head), p.text
+        alpha = effective_alpha(
+            profile(text).alpha, req.temperature, cfg.acceptance_scale, req.emulated_acceptance
+        )
         max_tokens = req.max_tokens if req.max_tokens is not None else cfg.max_model_len - len(p.ids)
-        source = TextSource(p.text, prof.category, random.Random(text_seed))
         return Seq(
             group,
             index,
@@ -351,6 +353,42 @@ class EmulatorApp:
             watcher.cancel()
             if not group.done:
                 engine.abort(group)
+
+
+# How many of a completion prompt's last tokens may be the emulator's own answer being continued.
+CONTINUATION_WINDOW = 256
+
+
+def _source(text: str, ids: tuple[int, ...], head: bytes, category: str | None = None) -> TextSource:
+    material = head + array("i", ids).tobytes()
+    seed = int.from_bytes(hashlib.blake2b(material + b"text", digest_size=8).digest(), "little")
+    return TextSource(text, category or profile(text).category, random.Random(seed))
+
+
+def _continued(p: Prompt, req: GenRequest, head: bytes) -> tuple[TextSource | None, str]:
+    """The source of a context that is a prompt plus the start of the emulator's own answer to it,
+    positioned after that start, and the prompt text; ``(None, "")`` for any other context.
+
+    A chat says where its open assistant message begins. A completion prompt does not, so its last
+    :data:`CONTINUATION_WINDOW` token boundaries are tried, earliest first (the longest answer wins);
+    only at temperature 0, where an answer is a function of its prompt alone. A mismatch shows at
+    the first differing token, and only the categories whose answers can open with that text are
+    tried (:func:`opening_categories`), so a boundary usually costs a segment or two; the prompt's
+    rules are checked only for a match.
+    """
+    if p.origin is not None:
+        source = _source(p.origin.text, p.origin.ids, head)
+        return (source, p.origin.text) if source.skip(p.said) else (None, "")
+    if req.chat or not p.text or req.temperature != 0:
+        return None, ""
+    rules = profile.__wrapped__  # not the cached one: these prefixes are seen once
+    for n, prompt, said in split_points(p.text, CONTINUATION_WINDOW):
+        # the prompt's ids are a prefix of the context's: BOS, then its first n tokens
+        for category in opening_categories(prompt, said):
+            source = _source(prompt, p.ids[: n + 1], head, category)
+            if source.skip(said) and rules(prompt).category == category:
+                return source, prompt
+    return None, ""
 
 
 def run(cfg: EmulatorConfig, host: str, port: int) -> None:

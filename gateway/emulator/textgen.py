@@ -4,6 +4,11 @@ The output depends only on the prompt, the prompt's category (see :mod:`acceptan
 text RNG, never on the mode (speculative or baseline) or on batching: a speculative pool and a
 baseline pool give the same text for the same greedy request, as real speculative decoding does.
 Text is produced in segments and cut into tokens with the pseudo-tokenizer.
+
+Like a real model at temperature 0, the emulator's output is a function of the context: a context
+that is a prompt followed by the start of what the emulator itself says to that prompt continues
+with the rest of that answer (:meth:`TextSource.skip`, :func:`split_points`). That is what lets a
+client, or the gateway, resume a broken stream elsewhere and get the same text as an unbroken run.
 """
 
 from __future__ import annotations
@@ -84,6 +89,18 @@ class TextSource:
         del buf[:n]
         return out
 
+    def skip(self, said: str) -> bool:
+        """Consume the tokens that spell ``said``; False when this source would not have said it.
+
+        ``said`` must end on a token boundary: a context cut inside a token does not continue.
+        """
+        got = ""
+        while len(got) < len(said):
+            got += self.take(1)[0]
+            if not said.startswith(got):
+                return False
+        return got == said
+
     def _segment(self) -> str:
         rng = self._rng
         cat = self._category
@@ -126,6 +143,41 @@ class TextSource:
         n = rng.randint(6, 16)
         words = [WORDS[rng.randrange(len(WORDS))] for _ in range(n)]
         return " " + " ".join(words).capitalize() + "."
+
+
+def split_points(text: str, window: int) -> list[tuple[int, str, str]]:
+    """Ways to read ``text`` as (its tokens in the prompt, prompt, start of the answer to it): cuts
+    at its last ``window`` token boundaries, earliest first, each leaving both parts non-empty."""
+    toks = pieces(text)
+    out = []
+    cut = len(text)
+    for j in range(len(toks) - 1, max(0, len(toks) - 1 - window), -1):
+        cut -= len(toks[j])
+        out.append((j, text[:cut], text[cut:]))
+    out.reverse()
+    return out
+
+
+def opening_categories(prompt: str, said: str) -> list[str]:
+    """The categories whose answer to ``prompt`` can begin with ``said``, from the shape of each
+    one's first segment (prose: a space and a capitalised word; code and structured data: an
+    indented line; lists: a dash; repetition: a line taken from the prompt)."""
+    first, second = said[:1], said[1:2]
+    if first == "-":
+        out = ["extraction", "self-repetition", "numeric"]
+    elif first.isdigit():
+        out = ["numeric"]
+    elif first == " " and not second:
+        out = ["prose", "structured-data", "code"]
+    elif first == " " and second == " ":
+        out = ["structured-data", "code"]
+    elif first == " " and second.isupper():
+        out = ["prose"]
+    else:
+        out = []
+    if said.split("\n", 1)[0] in prompt:
+        out.append("repetition")
+    return out
 
 
 def _repeat_target(prompt: str) -> str:

@@ -45,15 +45,22 @@ def encode_prompt(text: str) -> tuple[int, ...]:
     return (BOS_ID, *encode(text))
 
 
-def render_chat(messages: list[tuple[str, str]]) -> str:
-    """The ChatML text of ``(role, content)`` pairs plus the assistant generation prompt."""
+def render_chat(messages: list[tuple[str, str]], continue_final: bool = False) -> str:
+    """The ChatML text of ``(role, content)`` pairs plus the assistant generation prompt.
+
+    With ``continue_final`` the last message is left open (no end marker, no generation prompt), as
+    vLLM's ``continue_final_message`` renders it, so the model goes on writing that message.
+    """
     parts = [f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in messages]
-    parts.append("<|im_start|>assistant\n")
+    if continue_final and parts:
+        parts[-1] = parts[-1][: -len("<|im_end|>\n")]
+    else:
+        parts.append("<|im_start|>assistant\n")
     return "".join(parts)
 
 
 @lru_cache(maxsize=4096)
-def _encode_chat_cached(messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+def _encode_chat_cached(messages: tuple[tuple[str, str], ...], continue_final: bool) -> tuple[int, ...]:
     ids: list[int] = []
     for role, content in messages:
         ids.append(IM_START_ID)
@@ -62,11 +69,15 @@ def _encode_chat_cached(messages: tuple[tuple[str, str], ...]) -> tuple[int, ...
         ids.extend(encode(content))
         ids.append(IM_END_ID)
         ids.append(NEWLINE_ID)
-    ids.extend((IM_START_ID, _ROLE_IDS["assistant"], NEWLINE_ID))
+    if continue_final and messages:
+        del ids[-2:]
+    else:
+        ids.extend((IM_START_ID, _ROLE_IDS["assistant"], NEWLINE_ID))
     return tuple(ids)
 
 
-def encode_chat(messages: list[tuple[str, str]]) -> tuple[int, ...]:
+def encode_chat(messages: list[tuple[str, str]], continue_final: bool = False) -> tuple[int, ...]:
     """Chat prompt ids: each message is ``<im_start> role \\n content <im_end> \\n``, then the
-    generation prompt ``<im_start> assistant \\n``."""
-    return _encode_chat_cached(tuple(messages))
+    generation prompt ``<im_start> assistant \\n`` (or, with ``continue_final``, the last message
+    left open)."""
+    return _encode_chat_cached(tuple(messages), continue_final)

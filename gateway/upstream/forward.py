@@ -32,6 +32,7 @@ from gateway.api.errors import APIError, sse_error_event
 from gateway.config import PoolName, Settings
 from gateway.observability import Metrics
 from gateway.upstream.pool import Endpoint, Pool
+from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.stream import StreamMeter
 
 log = logging.getLogger("specroute.upstream")
@@ -129,18 +130,21 @@ class Upstreams:
         first_byte_s: float | None = None,
         tried: list[Endpoint] | None = None,
         last_error: APIError | None = None,
+        attempts: int | None = None,
     ) -> Sent:
         """Send until one endpoint gives a first byte (or a 4xx); raise :class:`APIError` if none does.
 
         A non-streamed upstream response sends its first byte only when it is complete, so callers
         pass a longer ``first_byte_s`` for those. ``tried`` lists the endpoints this request has
         already been sent to (a caller resending it passes the same list): they are not tried again,
-        and they count against ``retries.attempts``; ``last_error`` is what went wrong with the last of
-        them, reported when no other endpoint is left to try.
+        and they count against ``attempts`` (default ``retries.attempts``); ``last_error`` is what went
+        wrong with the last of them, reported when no other endpoint is left to try. A resumed stream
+        passes the endpoints that broke it and what is left of the request's budget on top of them.
         """
         first_byte_s = first_byte_s or self.settings.timeouts.first_byte_s
         tried = [] if tried is None else tried
-        while len(tried) < self.settings.retries.attempts:
+        limit = self.settings.retries.attempts if attempts is None else attempts
+        while len(tried) < limit:
             endpoint = self._pick(pool, allow_failover, tried)
             if endpoint is None:
                 break
@@ -254,44 +258,65 @@ class Upstreams:
             return await post()
 
     async def relay(
-        self, sent: Sent, meter: StreamMeter | None, on_done: Callable[[Sent, int | None], None]
+        self,
+        sent: Sent,
+        meter: StreamMeter | None,
+        on_done: Callable[[Sent, int | None], None],
+        resume: Resumption | None = None,
     ) -> AsyncIterator[bytes]:
         """Yield the response to the client chunk by chunk, enforcing gap and total timeouts.
 
-        ``on_done`` runs exactly once, with the error status when the stream broke.
+        A stream that breaks (reset, gap timeout) goes on on another endpoint when ``resume`` says
+        how (:mod:`gateway.upstream.resume`); otherwise it ends with an error event. ``on_done``
+        runs exactly once, with the endpoint that served the end of the stream and the error
+        status when the stream broke.
         """
         timeouts = self.settings.timeouts
-        deadline = asyncio.get_running_loop().time() + timeouts.total_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeouts.total_s
         failed: int | None = None
+        splice: Splice | None = None
+        piece = sent.first
         try:
-            out = meter.feed(sent.first) if meter else sent.first
-            if out:
-                yield out
             while True:
-                budget = min(timeouts.chunk_gap_s, deadline - asyncio.get_running_loop().time())
-                try:
-                    async with asyncio.timeout(max(budget, 0.0)):
-                        piece = await anext(sent.chunks)
-                except StopAsyncIteration:
-                    break
+                if splice is not None:
+                    piece = splice.feed(piece)
                 out = meter.feed(piece) if meter else piece
                 if out:
                     yield out
-            if meter:
+                budget = min(timeouts.chunk_gap_s, deadline - loop.time())
+                try:
+                    async with asyncio.timeout(max(budget, 0.0)):
+                        piece = await anext(sent.chunks)
+                    continue
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    failed, kind = 504, "timeout"
+                    message = "upstream stopped sending; the response is incomplete"
+                except aiohttp.ClientError:
+                    failed, kind = 502, "stream"
+                    message = "upstream connection broke; the response is incomplete"
+                    self.failed(sent.endpoint, sent.sent_at)
+                self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, kind).inc()
+                if meter is None:
+                    break
+                meter.discard_partial()
+                resumed = None
+                if resume is not None and deadline > loop.time():
+                    resumed = await self._resume(sent, resume, deadline - loop.time())
+                if resumed is None:
+                    yield sse_error_event(failed, message)
+                    break
+                assert resume is not None
+                self._busy(sent.endpoint, -1)
+                _close(sent.response, complete=False)
+                sent, failed, piece = resumed, None, resumed.first
+                splice = resume.splice()
+            if failed is None and meter:
                 rest = meter.flush()
                 if rest:
                     yield rest
-        except TimeoutError:
-            failed = 504
-            self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "timeout").inc()
-            if meter is not None:
-                yield sse_error_event(504, "upstream stopped sending; the response is incomplete")
-        except aiohttp.ClientError:
-            failed = 502
-            self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "stream").inc()
-            self.failed(sent.endpoint, sent.sent_at)
-            if meter is not None:
-                yield sse_error_event(502, "upstream connection broke; the response is incomplete")
         except (asyncio.CancelledError, GeneratorExit):
             failed = 499  # the client went away; closing the upstream response aborts its request
             raise
@@ -301,6 +326,46 @@ class Upstreams:
             if failed is None:
                 sent.endpoint.record_success()
             on_done(sent, failed)
+
+    async def _resume(self, sent: Sent, resume: Resumption, time_left: float) -> Sent | None:
+        """Continue a broken stream on another endpoint, within the request's attempts and time."""
+        pool = sent.pool
+        if not resume.attempts_used:
+            resume.attempts_used = sent.retries + 1
+        resume.broken.append(sent.endpoint)
+        left = self.settings.retries.attempts - resume.attempts_used
+        body = resume.body()
+        if body is None or left < 1:
+            why = resume.transcript.blocked or ("no attempts left" if left < 1 else "not continuable")
+            log.info("stream from %s/%s not resumed: %s", pool, sent.endpoint.name, why)
+            self.metrics.stream_resumptions.labels(pool, "refused").inc()
+            return None
+        new: Sent | None = None
+        tried = list(resume.broken)
+        try:
+            async with asyncio.timeout(time_left):
+                new = await self.send(
+                    resume.path, body, resume.headers, pool, tried=tried, attempts=len(tried) + left
+                )
+        except (APIError, TimeoutError) as e:
+            log.warning("stream from %s/%s could not be resumed: %s", pool, sent.endpoint.name, e)
+        if new is not None:
+            resume.attempts_used += new.retries - len(resume.broken) + 1
+            if new.response.status < 300:
+                resume.endpoints.append(new.endpoint.name)
+                self.metrics.stream_resumptions.labels(pool, "resumed").inc()
+                return new
+            log.warning(
+                "stream from %s/%s could not be resumed: %s answered HTTP %d",
+                pool,
+                sent.endpoint.name,
+                new.endpoint.name,
+                new.response.status,
+            )
+            self._busy(new.endpoint, -1)
+            _close(new.response, complete=False)
+        self.metrics.stream_resumptions.labels(pool, "failed").inc()
+        return None
 
     async def read_all(self, sent: Sent) -> bytes:
         """The rest of a non-streamed body, within the gap timeout between reads."""

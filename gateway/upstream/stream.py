@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from gateway.upstream.resume import Transcript
 
 _DATA = b"data: "
 _DONE = b"[DONE]"
@@ -67,6 +70,8 @@ class StreamMeter:
     spec_metrics: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     collect: list[dict[str, Any]] | None = None  # every parsed chunk, when a body is to be assembled
+    transcript: Transcript | None = None  # what the client got, when the stream may be resumed
+    strip_token_ids: bool = False  # the gateway asked for token ids the client did not
     done: bool = False
     _buf: bytes = b""
     _held: bytes | None = None
@@ -74,16 +79,18 @@ class StreamMeter:
     def feed(self, raw: bytes) -> bytes:
         """Take raw upstream bytes; return the bytes to send to the client now."""
         buf = self._buf + raw if self._buf else raw
-        if self.keep_continuous and self.keep_usage_chunk:
-            # Nothing to strip: forward the bytes as they came, frame only for measurement.
+        if self.keep_continuous and self.keep_usage_chunk and not self.strip_token_ids:
+            # Nothing to strip: forward the events as they came, frame only for measurement. Only
+            # whole events go out, so that a stream that breaks can be resumed (or end with an error
+            # event) on an event boundary.
             end = buf.rfind(b"\n\n")
             if end < 0:
                 self._buf = buf
-                return raw
+                return b""
             self._buf = buf[end + 2 :]
             for event in buf[:end].split(b"\n\n"):
                 self._event(event)
-            return raw
+            return buf if not self._buf else buf[: end + 2]
         out: list[bytes] = []
         start = 0
         while True:
@@ -97,6 +104,10 @@ class StreamMeter:
                 out.append(kept + b"\n\n")
         self._buf = buf[start:]
         return b"".join(out)
+
+    def discard_partial(self) -> None:
+        """Forget the unfinished event of a stream that broke: the client never saw any of it."""
+        self._buf = b""
 
     def flush(self) -> bytes:
         rest, self._buf = self._buf, b""
@@ -127,6 +138,8 @@ class StreamMeter:
             return event
         if self.collect is not None:
             self.collect.append(obj)
+        if self.transcript is not None:
+            self.transcript.record(obj)
         if "error" in obj:
             self.error = obj["error"] if isinstance(obj["error"], dict) else {"message": str(obj["error"])}
             return event
@@ -160,11 +173,33 @@ class StreamMeter:
             return self._release(None)
         if usage is not None and choices and not self.keep_continuous:
             event = _DATA + _cut_usage(data, usage)
+        if self.strip_token_ids and choices:
+            event = _null_ids(event)
         if not self.keep_usage_chunk and choices and _finished(choices):
             previous = self._release(None)
             self._held = event
             return previous
         return self._release(event) if self._held is not None else event
+
+
+_ID_LISTS = (b'"prompt_token_ids":[', b'"token_ids":[')
+
+
+def _null_ids(event: bytes) -> bytes:
+    """``event`` with its token-id lists put back to the ``null`` vLLM sends when not asked for them.
+
+    A list of ids holds only digits and commas, so it ends at the first ``]``.
+    """
+    for needle in _ID_LISTS:
+        start = 0
+        while (i := event.find(needle, start)) >= 0:
+            j = event.find(b"]", i)
+            if j < 0:
+                break
+            cut = i + len(needle) - 1
+            event = event[:cut] + b"null" + event[j + 1 :]
+            start = cut + 4
+    return event
 
 
 _CHUNK_KEYS = frozenset(("id", "object", "created", "model", "choices", "usage"))

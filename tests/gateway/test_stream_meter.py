@@ -104,3 +104,26 @@ def test_request_usage_rewrites_stream_options(options, usage, continuous):
     assert sent["stream_options"]["continuous_usage_stats"] is True
     assert sent["vllm_xargs"] == {"a": 1}
     assert (wants_usage, wants_continuous) == (usage, continuous)
+
+
+@pytest.mark.parametrize("size", [5, 1 << 20])
+@pytest.mark.parametrize(
+    "name", ["nospec_completion_stream_greedy_tokenids.sse", "draftsame_completion_stream_t1_tokenids.sse"]
+)
+def test_strips_token_ids_the_client_did_not_ask_for(vllm_fixture, name, size):
+    """Ids asked for by the gateway (to resume a stream exactly) leave as vLLM's ``null``s."""
+    raw = vllm_fixture(name)
+    meter = StreamMeter(0.0, strip_token_ids=True)
+    out = _feed_in_pieces(meter, raw, size)
+    assert b'token_ids":[' not in out
+    got, want = _events(out), _events(raw)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        if w == b"data: [DONE]":
+            assert g == w
+            continue
+        expected = orjson.loads(w[len(b"data: ") :])
+        for choice in expected["choices"]:
+            choice["prompt_token_ids"] = choice["token_ids"] = None
+        assert orjson.loads(g[len(b"data: ") :]) == expected
+        assert g == b"data: " + orjson.dumps(expected)  # byte for byte: nothing else re-encoded
