@@ -292,9 +292,13 @@ class Upstreams:
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
+                    if meter is not None and meter.done:
+                        break  # [DONE] has gone out: the client has the whole answer
                     failed, kind = 504, "timeout"
                     message = "upstream stopped sending; the response is incomplete"
                 except aiohttp.ClientError:
+                    if meter is not None and meter.done:
+                        break  # a connection that breaks after [DONE] (before the body's end) lost nothing
                     failed, kind = 502, "stream"
                     message = "upstream connection broke; the response is incomplete"
                     self.failed(sent.endpoint, sent.sent_at)

@@ -16,7 +16,17 @@ from typing import Literal
 
 import orjson
 
-Answer = Literal["ok", "cut_body", "stall_body", "cut_stream", "early_end", "busy", "error", "error_event"]
+Answer = Literal[
+    "ok",
+    "cut_body",
+    "stall_body",
+    "cut_stream",
+    "early_end",
+    "busy",
+    "error",
+    "error_event",
+    "cut_after_done",
+]
 
 
 def completion(model: str = "m") -> bytes:
@@ -121,7 +131,7 @@ class Scripted:
             for event in events:
                 writer.write(b"%x\r\n%s\r\n" % (len(event), event))
                 await writer.drain()
-            if answer != "cut_stream":  # early_end: a proper end of the body, but no [DONE]
+            if answer not in ("cut_stream", "cut_after_done"):  # early_end: a proper end, no [DONE]
                 writer.write(b"0\r\n\r\n")
 
 

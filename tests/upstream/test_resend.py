@@ -145,3 +145,14 @@ async def test_an_error_event_in_an_assembled_stream_reaches_the_client_as_statu
         assert len(script.log) == 2  # a server error in the stream is sent again first
         assert "CUDA" not in e.value.message and "/srv" not in e.value.message
         assert "request id" in e.value.message
+
+
+async def test_a_stream_cut_after_its_done_event_reaches_the_client_whole():
+    """[DONE] has gone out when the connection breaks before the body's end: nothing was lost."""
+    async with _setup(["cut_after_done"]) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
+        r = await http.post("/v1/completions", json=body)
+        events = [e for e in r.content.split(b"\n\n") if e]
+        assert r.status_code == 200 and len(script.log) == 1
+        assert events[-1] == b"data: [DONE]" and events.count(b"data: [DONE]") == 1
+        assert not any(b'"error"' in e for e in events)
