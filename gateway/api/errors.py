@@ -1,7 +1,8 @@
 """OpenAI-shaped errors made by the gateway itself.
 
-Upstream error bodies pass through untouched; these are for what the gateway decides on its own
-(bad input, auth, no healthy upstream). The shape matches vLLM's, so a client sees one format.
+Upstream 4xx bodies pass through untouched; these are for what the gateway decides on its own (bad
+input, auth) and for upstream failures it could not hide (:func:`from_upstream`, the one mapping from
+:mod:`gateway.errors` to statuses). The shape matches vLLM's, so a client sees one format.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from http import HTTPStatus
 
 import orjson
 from starlette.responses import Response
+
+from gateway.errors import NoEndpoint, Unreachable, UpstreamError, UpstreamStatus, UpstreamTimeout
 
 # vLLM names its error types after the HTTP status (BadRequestError, NotFoundError, ...).
 _TYPES = {
@@ -67,3 +70,18 @@ def error_response(
 def sse_error_event(status: int, message: str) -> bytes:
     """An error reported inside a stream that has already started (vLLM does the same)."""
     return b"data: " + error_body(status, message) + b"\n\ndata: [DONE]\n\n"
+
+
+def from_upstream(error: UpstreamError) -> APIError:
+    """What a client is told of an upstream failure: the one place that maps them to statuses.
+
+    Nothing answered or nothing was left to try: 503; silence: 504; a busy or failed status: that status
+    when it is one a gateway passes on (429, 502, 503, 504), else 502; anything broken: 502.
+    """
+    if isinstance(error, UpstreamStatus):
+        return APIError(error.status if error.status in (429, 502, 503, 504) else 502, error.message)
+    if isinstance(error, NoEndpoint | Unreachable):
+        return APIError(503, error.message)
+    if isinstance(error, UpstreamTimeout):
+        return APIError(504, error.message)
+    return APIError(502, error.message)

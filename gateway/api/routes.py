@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, TypeVar
@@ -19,9 +19,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
-from gateway.api.errors import APIError, error_response
+from gateway.api.errors import APIError, error_response, from_upstream, sse_error_event
 from gateway.api.request import check_key, forced_pool, has_key, parse_body, read_body
 from gateway.api.state import Gateway
+from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.observability import access_log, access_record, render
 from gateway.routing.acceptance import Measured, from_server, from_token_steps
 from gateway.routing.policy import Api, Decision, Outcome, RouteRequest
@@ -146,7 +147,7 @@ async def _handle(request: Request, api: Api) -> Response:
     media_type = sent.response.headers.get("content-type", "application/json")
     if status < 300 and meter.collect is not None:
 
-        async def resend(error: APIError) -> Sent:
+        async def resend(error: UpstreamError) -> Sent:
             return await gw.upstreams.send(
                 PATHS[api], body, headers, decision.pool, tried=tried, last_error=error
             )
@@ -157,9 +158,8 @@ async def _handle(request: Request, api: Api) -> Response:
         def done(s: Sent, failed: int | None) -> None:
             _finish(ex, s, failed or status, meter, resumption=resume)
 
-        return Relay(
-            gw.upstreams.relay(sent, meter, done, resume), status, headers=out_headers, media_type=media_type
-        )
+        chunks = _ending_with_error_event(gw.upstreams.relay(sent, meter, done, resume))
+        return Relay(chunks, status, headers=out_headers, media_type=media_type)
     return await _passed_through(request, ex, sent)
 
 
@@ -190,7 +190,7 @@ async def _assembled(
     ex: Exchange,
     sent: Sent,
     tried: list[Endpoint],
-    resend: Callable[[APIError], Awaitable[Sent]],
+    resend: Callable[[UpstreamError], Awaitable[Sent]],
 ) -> Response:
     """Read a stream started for a non-streamed request and answer with the assembled body.
 
@@ -204,7 +204,7 @@ async def _assembled(
             await _unless_disconnected(request, _drain(ex, sent, meter, failed))
             if not _broken(meter, failed) or not ex.gw.upstreams.can_retry(tried):
                 break
-            broke = APIError(502, "upstream stream ended without a complete response")
+            broke = UpstreamBroken("upstream stream ended without a complete response")
             sent = await _unless_disconnected(request, resend(broke))
         except APIError as e:
             _finish(ex, sent, e.status)
@@ -240,8 +240,19 @@ async def _assembled(
 
 
 async def _drain(ex: Exchange, sent: Sent, meter: StreamMeter, failed: list[int | None]) -> None:
-    async for _ in ex.gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
-        pass
+    with contextlib.suppress(UpstreamError):  # a break is in ``failed`` (the relay's on_done) too
+        async for _ in ex.gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
+            pass
+
+
+async def _ending_with_error_event(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A stream that broke past resumption ends with an OpenAI-shaped error event and ``[DONE]``."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except UpstreamError as e:
+        error = from_upstream(e)
+        yield sse_error_event(error.status, error.message)
 
 
 def _broken(meter: StreamMeter, failed: list[int | None]) -> bool:
@@ -268,7 +279,8 @@ class Relay(StreamingResponse):
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await ``work`` but cancel it (and so the upstream request) if the client goes away.
 
-    One watcher task per request: on a disconnect it cancels the request's own task.
+    One watcher task per request: on a disconnect it cancels the request's own task. Upstream failures
+    come out as the :class:`APIError` the client will be told (:func:`from_upstream`).
     """
     task = asyncio.current_task()
     assert task is not None
@@ -276,6 +288,8 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     watch.add_done_callback(lambda w: None if w.cancelled() else task.cancel())
     try:
         return await work
+    except UpstreamError as e:
+        raise from_upstream(e) from None
     except asyncio.CancelledError:
         if watch.done() and not watch.cancelled():
             task.uncancel()

@@ -7,7 +7,8 @@ is sent again too (:meth:`Upstreams.fetch`), since the client has seen none of i
 the endpoint is busy, not broken: it gets less traffic for a while and is never ejected for it. A
 streamed response is held back until its first upstream chunk has arrived, so a stream that dies
 before producing anything is retried too. Both pools serve the same model, so moving a request to
-the other pool changes its speed, not its answer.
+the other pool changes its speed, not its answer. Failures are raised as :mod:`gateway.errors`; what the
+client is told is the API edge's business.
 
 Forwarding speaks to aiohttp's connection pool directly. The gateway's own calls (health checks,
 scrapes, discovery) use httpx's API over the same pool; on this path the httpx layer (building and
@@ -28,8 +29,15 @@ import httpx
 import orjson
 from prometheus_client import Gauge
 
-from gateway.api.errors import APIError, sse_error_event
 from gateway.config import PoolName, Settings
+from gateway.errors import (
+    NoEndpoint,
+    Unreachable,
+    UpstreamBroken,
+    UpstreamError,
+    UpstreamStatus,
+    UpstreamTimeout,
+)
 from gateway.observability import Metrics
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
@@ -129,10 +137,11 @@ class Upstreams:
         allow_failover: bool = True,
         first_byte_s: float | None = None,
         tried: list[Endpoint] | None = None,
-        last_error: APIError | None = None,
+        last_error: UpstreamError | None = None,
         attempts: int | None = None,
     ) -> Sent:
-        """Send until one endpoint gives a first byte (or a 4xx); raise :class:`APIError` if none does.
+        """Send until one endpoint gives a first byte (or a 4xx); if none does, raise an
+        :class:`~gateway.errors.UpstreamError`.
 
         A non-streamed upstream response sends its first byte only when it is complete, so callers
         pass a longer ``first_byte_s`` for those. ``tried`` lists the endpoints this request has
@@ -177,13 +186,13 @@ class Upstreams:
                     kind = "busy"
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
                 kind = "connect"
-                last_error = APIError(503, "no upstream endpoint could be reached")
+                last_error = Unreachable("no upstream endpoint could be reached")
             except TimeoutError:
                 kind = "timeout"
-                last_error = APIError(504, "the upstream sent nothing in time")
+                last_error = UpstreamTimeout("the upstream sent nothing in time")
             except aiohttp.ClientError as e:
                 kind = "protocol"
-                last_error = APIError(502, f"the upstream connection failed: {type(e).__name__}")
+                last_error = UpstreamBroken(f"the upstream connection failed: {type(e).__name__}")
             except BaseException:  # cancelled: the client went away; closing aborts the upstream request
                 self._busy(endpoint, -1)
                 if response is not None:
@@ -198,7 +207,7 @@ class Upstreams:
             else:
                 self.failed(endpoint, sent_at)
         if last_error is None:
-            raise APIError(503, "no healthy upstream endpoint is available; try again shortly")
+            raise NoEndpoint("no healthy upstream endpoint is available; try again shortly")
         raise last_error
 
     async def fetch(
@@ -217,12 +226,12 @@ class Upstreams:
         the same ``retries.attempts``.
         """
         tried: list[Endpoint] = []
-        error: APIError | None = None
+        error: UpstreamError | None = None
         while True:
             sent = await self.send(path, body, headers, pool, allow_failover, first_byte_s, tried, error)
             try:
                 return sent, await self.read_all(sent)
-            except APIError as e:
+            except UpstreamError as e:
                 if not self.can_retry(tried):
                     raise
                 error = e
@@ -267,7 +276,8 @@ class Upstreams:
         """Yield the response to the client chunk by chunk, enforcing gap and total timeouts.
 
         A stream that breaks (reset, gap timeout) goes on on another endpoint when ``resume`` says
-        how (:mod:`gateway.upstream.resume`); otherwise it ends with an error event. ``on_done``
+        how (:mod:`gateway.upstream.resume`); otherwise it raises :class:`~gateway.errors.UpstreamBroken`
+        (or ``UpstreamTimeout``) after the last whole event, and the API edge ends it. ``on_done``
         runs exactly once, with the endpoint that served the end of the stream and the error
         status when the stream broke.
         """
@@ -309,9 +319,8 @@ class Upstreams:
                 resumed = None
                 if resume is not None and deadline > loop.time():
                     resumed = await self._resume(sent, resume, deadline - loop.time())
-                if resumed is None:
-                    yield sse_error_event(failed, message)
-                    break
+                if resumed is None:  # the API edge ends the client's stream with an error event
+                    raise (UpstreamTimeout if failed == 504 else UpstreamBroken)(message)
                 assert resume is not None
                 self._busy(sent.endpoint, -1)
                 _close(sent.response, complete=False)
@@ -351,7 +360,7 @@ class Upstreams:
                 new = await self.send(
                     resume.path, body, resume.headers, pool, tried=tried, attempts=len(tried) + left
                 )
-        except (APIError, TimeoutError) as e:
+        except (UpstreamError, TimeoutError) as e:
             log.warning("stream from %s/%s could not be resumed: %s", pool, sent.endpoint.name, e)
         if new is not None:
             resume.attempts_used += new.retries - len(resume.broken) + 1
@@ -386,11 +395,11 @@ class Upstreams:
         except TimeoutError:
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "timeout").inc()
             self.failed(sent.endpoint, sent.sent_at)
-            raise APIError(504, "the upstream stopped sending") from None
+            raise UpstreamTimeout("the upstream stopped sending") from None
         except aiohttp.ClientError:
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "stream").inc()
             self.failed(sent.endpoint, sent.sent_at)
-            raise APIError(502, "the upstream broke the connection") from None
+            raise UpstreamBroken("the upstream broke the connection") from None
         finally:
             self._busy(sent.endpoint, -1)
             _close(sent.response, complete)
@@ -427,7 +436,7 @@ class _UpstreamStatus(Exception):
         self.body = body
 
 
-def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> APIError:
+def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> UpstreamStatus:
     """A 5xx that will not be retried again: the status and a generic message for the client.
 
     The upstream's own text (a stack trace, a path, an internal address) goes to the log only.
@@ -440,4 +449,4 @@ def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> APIError:
     except (orjson.JSONDecodeError, AttributeError):
         pass
     log.warning("%s/%s returned HTTP %d: %s", endpoint.pool, endpoint.name, status, text)
-    return APIError(status if status in (429, 502, 503, 504) else 502, f"the upstream returned HTTP {status}")
+    return UpstreamStatus(status, f"the upstream returned HTTP {status}")

@@ -161,3 +161,23 @@ def test_a_missing_upstream_key_stops_start_up(monkeypatch) -> None:
     config["pools"]["baseline"]["endpoints"][0]["api_key_env"] = "SPECROUTE_TEST_UNSET_KEY"  # type: ignore[index]
     with pytest.raises(ConfigError, match=r"pools\.baseline\.endpoints\.0\.api_key_env"):
         create_app(load_settings(overrides=config))
+
+
+def test_upstream_failures_map_to_statuses_in_one_place():
+    """The API edge alone turns upstream failures into statuses; messages pass on as they are."""
+    from gateway import errors
+    from gateway.api.errors import from_upstream
+
+    cases = [
+        (errors.NoEndpoint("none"), 503),
+        (errors.Unreachable("refused"), 503),
+        (errors.UpstreamTimeout("silent"), 504),
+        (errors.UpstreamBroken("cut"), 502),
+        (errors.UpstreamStatus(429, "busy"), 429),
+        (errors.UpstreamStatus(503, "busy"), 503),
+        (errors.UpstreamStatus(500, "failed"), 502),
+        (errors.UpstreamStatus(501, "failed"), 502),
+    ]
+    for error, status in cases:
+        api = from_upstream(error)
+        assert (api.status, api.message) == (status, error.message)

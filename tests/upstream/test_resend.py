@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
@@ -156,3 +157,16 @@ async def test_a_stream_cut_after_its_done_event_reaches_the_client_whole():
         assert r.status_code == 200 and len(script.log) == 1
         assert events[-1] == b"data: [DONE]" and events.count(b"data: [DONE]") == 1
         assert not any(b'"error"' in e for e in events)
+
+
+async def test_a_stream_broken_past_resumption_ends_with_an_error_event_and_done():
+    extra = {"retries": {"resume_streams": False}}
+    async with _setup(["cut_stream"], **extra) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
+        r = await http.post("/v1/completions", json=body)
+        events = [e for e in r.content.split(b"\n\n") if e]
+        assert r.status_code == 200 and len(script.log) == 1  # bytes had gone out: not sent again
+        assert events[0].startswith(b'data: {"id"')
+        error = orjson.loads(events[-2][len(b"data: ") :])["error"]
+        assert error["code"] == 502 and error["type"] == "BadGatewayError"
+        assert events[-1] == b"data: [DONE]"

@@ -1,0 +1,40 @@
+"""What can go wrong upstream, said without HTTP: the API edge decides what a client is told.
+
+The bottom of the package beside :mod:`gateway.types`: upstream code raises these, routing may look at
+them, and only :mod:`gateway.api.errors` maps them to statuses and OpenAI-shaped bodies. Messages say
+what happened in words fit for a client; they never name an endpoint or an address (those go to the log).
+"""
+
+from __future__ import annotations
+
+
+class UpstreamError(Exception):
+    """An upstream failure the gateway could not hide by trying elsewhere."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class NoEndpoint(UpstreamError):
+    """No endpoint of the candidate pools could be tried at all."""
+
+
+class Unreachable(UpstreamError):
+    """Every endpoint tried refused or dropped the connection before answering."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """The upstream sent nothing (or stopped sending) within its time budget."""
+
+
+class UpstreamBroken(UpstreamError):
+    """The connection broke, or the response ended before it was complete."""
+
+
+class UpstreamStatus(UpstreamError):
+    """The upstream answered with a server error or a busy status on every try."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
