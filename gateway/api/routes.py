@@ -24,8 +24,8 @@ from gateway.api.request import check_key, forced_pool, has_key, parse_body, rea
 from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.observability import access_log, access_record, render
-from gateway.routing.acceptance import Measured, from_server, from_token_steps
 from gateway.routing.policy import Api, Decision, Outcome, RouteRequest
+from gateway.speculation import Measured, from_server, from_token_steps
 from gateway.upstream.assemble import assemble, can_assemble, stream_body
 from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint

@@ -31,10 +31,10 @@ from typing import Any
 
 from gateway.config import PoolName, RoutingConfig, Strategy
 from gateway.observability import Metrics
-from gateway.routing.acceptance import Measured
 from gateway.routing.estimates import AlphaEstimates
 from gateway.routing.policy import Classifier, Decision, Outcome, RouteRequest
 from gateway.routing.speedup import SpeedupModel
+from gateway.speculation import Measured
 from gateway.upstream.pool import Pool
 from gateway.upstream.scrape import Scraper
 

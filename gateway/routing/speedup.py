@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.routing.acceptance import expected_length
+from gateway.speculation import expected_length
 
 LEARN_RATE = 0.05  # weight of one observation in the running estimates, once warmed up
 WARM_UP = 8  # baseline observations before step_s is trusted to learn c and the knee from

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import PoolName
 from gateway.observability import Metrics
-from gateway.routing.acceptance import Measured
+from gateway.speculation import Measured
 from gateway.upstream.pool import Endpoint, Pool
 
 log = logging.getLogger("specroute.scrape")

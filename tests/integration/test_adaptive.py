@@ -18,7 +18,7 @@ import pytest
 
 from gateway import stack
 from gateway.emulator.acceptance import profile
-from gateway.routing.acceptance import expected_length
+from gateway.speculation import expected_length
 from gateway.upstream.scrape import interval, parse
 
 MODEL = "demo-model"

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from gateway.routing.acceptance import expected_length
 from gateway.routing.speedup import WARM_UP, SpeedupModel
+from gateway.speculation import expected_length
 
 
 def test_reference_deployment_numbers():

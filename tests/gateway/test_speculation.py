@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gateway.routing.acceptance import alpha_from_length, expected_length, from_server, from_token_steps
+from gateway.speculation import alpha_from_length, expected_length, from_server, from_token_steps
 
 
 def test_expected_length_matches_the_reference_example():
