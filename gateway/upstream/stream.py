@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
-if TYPE_CHECKING:
-    from gateway.upstream.resume import Transcript
+
+class Transcript(Protocol):
+    """Whatever keeps a record of the chunks the client received (:mod:`gateway.upstream.resume`)."""
+
+    def record(self, chunk: dict[str, Any]) -> None: ...
+
 
 _DATA = b"data: "
 _DONE = b"[DONE]"
