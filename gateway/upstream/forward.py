@@ -97,9 +97,6 @@ class Upstreams:
             gauge = self._inflight[endpoint] = self.metrics.inflight.labels(endpoint.pool, endpoint.name)
         gauge.inc(delta)
 
-    def any_available(self) -> bool:
-        return any(p.has_available() for p in self.pools.values())
-
     def _candidates(self, pool: PoolName, allow_failover: bool) -> list[PoolName]:
         if allow_failover and self.settings.retries.failover_to_other_pool:
             return [pool, OTHER[pool]]
