@@ -29,7 +29,7 @@ import httpx
 import orjson
 from prometheus_client import Gauge
 
-from gateway.config import PoolName, Settings
+from gateway.config import Settings
 from gateway.errors import (
     NoEndpoint,
     Unreachable,
@@ -39,13 +39,12 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.observability import Metrics
+from gateway.types import OTHER_POOL, PoolName
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.stream import StreamMeter
 
 log = logging.getLogger("specroute.upstream")
-
-OTHER: dict[PoolName, PoolName] = {"speculative": "baseline", "baseline": "speculative"}
 
 
 @dataclass(slots=True)
@@ -99,7 +98,7 @@ class Upstreams:
 
     def _candidates(self, pool: PoolName, allow_failover: bool) -> list[PoolName]:
         if allow_failover and self.settings.retries.failover_to_other_pool:
-            return [pool, OTHER[pool]]
+            return [pool, OTHER_POOL[pool]]
         return [pool]
 
     def _pick(self, pool: PoolName, allow_failover: bool, tried: list[Endpoint]) -> Endpoint | None:
