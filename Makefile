@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint typecheck unit test-vllm bench-compare bench-overhead train clean system-deps
+.PHONY: venv demo test lint typecheck unit test-timing test-vllm bench-compare bench-overhead train clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ unit: $(STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck unit
+
+# Tests that assert on measured speed (emulated TPOT, delays): kept out of the default run, run by CI.
+test-timing: $(STAMP)
+	$(BIN)/pytest -m timing
 
 test-vllm: $(STAMP)
 	bash tests/integration/real_vllm/run.sh

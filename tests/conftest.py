@@ -15,3 +15,14 @@ def vllm_fixture():
         return (FIXTURES / name).read_bytes()
 
     return read
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Everything under ``tests/integration`` starts real processes: marked ``integration``.
+
+    They stay in the default run where fast (``-m "not integration"`` leaves the in-process tiers).
+    """
+    integration = Path(__file__).parent / "integration"
+    for item in items:
+        if integration in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)

@@ -127,6 +127,7 @@ def test_queueing_beyond_max_num_seqs(base: Emu) -> None:
     assert seen_waiting > 0
 
 
+@pytest.mark.timing
 def test_zero_delay_mode(zero: Emu) -> None:
     body = {
         "model": MODEL,
@@ -203,6 +204,7 @@ def test_fault_reset(clean: Emu, time_scale: float) -> None:
     assert clean.state()["counters"]["running"] == 0
 
 
+@pytest.mark.timing
 def test_fault_slow_first_byte(clean: Emu) -> None:
     clean.control(slow_first_byte_ms=300, time_scale=0)
     t0 = time.perf_counter()

@@ -11,7 +11,11 @@ import statistics
 import time
 from collections.abc import Callable
 
+import pytest
+
 from tests.emulator.conftest import MODEL, OPEN_ENDED, STRUCTURED, TIME_SCALE, Emu, scrape
+
+pytestmark = pytest.mark.timing  # measured speed: `make test-timing`
 
 N = 64
 
