@@ -24,7 +24,7 @@ bypass the rules with ``"vllm_xargs": {"emulated_acceptance": 0.8}`` (temperatur
 applied; the acceptance scale still is).
 
 An *acceptance profile* (``--acceptance-profile``) replaces the alphas of the table by those of a
-different draft model: a built-in one (``code-draft``) or a YAML file of rules, each matching a
+different draft model: a built-in one (``skewed-draft``) or a YAML file of rules, each matching a
 category of the table or a regular expression (a language's script, a phrase); first match wins.
 """
 
@@ -173,20 +173,26 @@ class AcceptanceProfile:
         return PromptProfile(prof.category, self.default)
 
 
-#: A draft model fine-tuned on code and data formats: strong there, poor at copying and counting
-#: (where it is slower than no speculation at all), middling at prose.
-CODE_DRAFT = AcceptanceProfile(
-    "code-draft",
+#: A draft model fine-tuned on code and fiction: strong there (the classifier's prior expects prose to
+#: be a loss), slower than no speculation at all on data formats, copying and counting (where the
+#: prior expects its best), a small gain on other prose.
+SKEWED_DRAFT = AcceptanceProfile(
+    "skewed-draft",
     default=0.3,
     rules=(
         ProfileRule("code", 0.9, category="code"),
-        ProfileRule("structured-data", 0.88, category="structured-data"),
-        ProfileRule("repetition", 0.12, category="repetition"),
-        ProfileRule("numeric", 0.12, category="numeric"),
+        ProfileRule(
+            "fiction",
+            0.65,
+            pattern=re.compile(r"\b(story|poem|haiku|song|monologue|dialogue|letter|myth|paragraph)\b", _F),
+        ),
+        ProfileRule("structured-data", 0.15, category="structured-data"),
+        ProfileRule("repetition", 0.15, category="repetition"),
+        ProfileRule("numeric", 0.15, category="numeric"),
         ProfileRule("extraction", 0.5, category="extraction"),
     ),
 )
-BUILTIN_PROFILES = {"rules": None, "code-draft": CODE_DRAFT}
+BUILTIN_PROFILES = {"rules": None, "skewed-draft": SKEWED_DRAFT}
 _CATEGORIES = {name for name, _, _ in RULES} | {"self-repetition", "prose"}
 
 
@@ -229,7 +235,7 @@ def profile_from_dict(raw: object, name: str) -> AcceptanceProfile:
 
 
 def load_profile(spec: str) -> AcceptanceProfile | None:
-    """A built-in profile by name (``rules``: the table above, ``code-draft``) or a YAML file's path."""
+    """A built-in profile by name (``rules``: the table above, ``skewed-draft``) or a YAML file's path."""
     if spec in BUILTIN_PROFILES:
         return BUILTIN_PROFILES[spec]
 

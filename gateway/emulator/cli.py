@@ -65,7 +65,7 @@ def emulate_command(
     acceptance_profile: Annotated[
         str,
         typer.Option(
-            help="draft model's acceptance: built-in 'rules' (default) or 'code-draft', or a YAML rule file"
+            help="draft model's acceptance: built-in 'rules' (default) or 'skewed-draft', or a YAML rule file"
         ),
     ] = "rules",
     error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of requests answered 500")] = 0.0,

@@ -17,9 +17,17 @@ is the sampling noise of a proportion measured from ``trials`` draft draws (delt
 logit) plus ``PROMPT_VAR`` for what no feature explains, so a short request moves the model less
 than a long one.
 
-Forgetting: each weight decays towards its prior (mean towards 0, variance back up towards
-``PRIOR_VAR``) with the configured half-life, lazily when it is next read. What is no longer measured
-returns to the prior and, being uncertain again, gets explored again.
+The covariance is kept diagonal (one variance per weight), and an update scales the variances of
+the request's features by the factor the exact update applies to that request's own predictive
+variance, ``noise / (var + noise)``: a prompt seen again is predicted as surely as a full
+Kalman filter would, where the textbook diagonal update (each weight's own share) barely shrinks the
+many small n-gram weights and leaves every repeated prompt looking unknown.
+
+Forgetting is a random walk of the weights: each weight's variance grows back towards
+``PRIOR_VAR`` with the configured half-life, lazily when it is next read; its mean stays where the
+measurements put it (decaying means towards the prior biased every estimate towards the prior under
+light traffic). Old evidence thus weighs less against new, and what is no longer measured becomes
+uncertain again and gets explored again.
 
 Pool-wide changes (a new draft model moves every request at once) are caught by a two-sided CUSUM
 on the standardised residuals (residual / predictive standard deviation): the model knows how sure
@@ -47,8 +55,9 @@ PRIOR_VAR = 0.15  # prior variance of each weight (logit units squared)
 PROMPT_VAR = 0.05  # variance of a request's logit alpha that its features cannot explain
 ALPHA_CLIP = 0.01  # measured alpha is clipped to [CLIP, 1 - CLIP] before taking its logit
 MIN_TRIALS = 4.0  # fewer draft draws than this say too little to learn from
-CUSUM_SLACK = 0.5  # standardised residuals under this are noise
+CUSUM_SLACK = 1.0  # standardised residuals under this are noise
 CUSUM_LIMIT = 6.0  # accumulated standardised excess that declares a pool-wide change
+CALIBRATION_RATE = 0.02  # weight of one request in the running mean of squared residuals
 Z_CLIP = 3.0  # standardised residuals are clipped here before the change detector sees them
 SHIFT_MIN_RUN = 3  # a change needs at least this many requests in the run that revealed it
 ERROR_RATE = 0.05  # weight of one request in the running prediction-error summary
@@ -115,13 +124,13 @@ class AlphaModel:
     _down: float = 0.0
     _run_n: int = 0
     _run_r: float = 0.0
+    _z2: float = 1.0  # running mean of the squared standardised residual (1 when the noise model fits)
 
     def _refresh(self, s: int, now: float) -> None:
-        """Apply the forgetting since the slot was last touched: back towards the prior."""
+        """Apply the forgetting since the slot was last touched: its uncertainty grows back."""
         dt = now - self.stamp[s]
         if dt > REFRESH_S * self.half_life_s:
             f = 0.5 ** (dt / self.half_life_s)
-            self.mean[s] *= f
             self.var[s] = PRIOR_VAR - (PRIOR_VAR - self.var[s]) * f
             self.stamp[s] = now
 
@@ -162,10 +171,11 @@ class AlphaModel:
         resid = logit(alpha) - pred.mean
         gain = resid / s_total
         mean, var = self.mean, self.var
+        shrink = noise / s_total  # the exact update's factor on this request's predictive variance
         for s, xi in zip(x.slots, x.values, strict=True):
             pv = var[s]
             mean[s] += pv * xi * gain
-            var[s] = pv - pv * pv * xi * xi / s_total
+            var[s] = pv * shrink
         for s, n in zip(x.slots, x.names, strict=True):
             self.names[s] = n
         self.updates += 1
@@ -179,6 +189,10 @@ class AlphaModel:
         # clipped: the logit of a proportion from a few draws has heavy tails (a short request that
         # accepted nothing sits at logit(ALPHA_CLIP)); a real change shows in many requests anyway
         z = max(-Z_CLIP, min(Z_CLIP, z))
+        # calibrated: when the noise model is off (prompts vary more than PROMPT_VAR says), the
+        # residuals are larger than their stated spread all the time; that is not a change
+        z /= math.sqrt(max(1.0, self._z2))
+        self._z2 += CALIBRATION_RATE * (z * z * max(1.0, self._z2) - self._z2)
         self._up = max(0.0, self._up + z - CUSUM_SLACK)
         self._down = max(0.0, self._down - z - CUSUM_SLACK)
         if self._up == 0.0 and self._down == 0.0:

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.emulator.acceptance import CODE_DRAFT, base_profile, load_profile, profile
+from gateway.emulator.acceptance import SKEWED_DRAFT, base_profile, load_profile, profile
 from gateway.stack import start_emulator
 
 from .conftest import MODEL
@@ -21,13 +21,14 @@ RUSSIAN = "\u0438\u0441\u0442\u043e\u0440\u0438\u044f " * 4  # a word in Cyrilli
 
 
 def test_builtin_code_draft_differs_from_the_rules_where_it_says():
-    assert base_profile(CODE, CODE_DRAFT).alpha == 0.9 > profile(CODE).alpha
-    assert base_profile(COUNT, CODE_DRAFT).alpha == 0.12 < profile(COUNT).alpha
-    assert base_profile(PROSE, CODE_DRAFT).alpha == 0.3
+    assert base_profile(CODE, SKEWED_DRAFT).alpha == 0.9 > profile(CODE).alpha
+    assert base_profile(COUNT, SKEWED_DRAFT).alpha == 0.15 < profile(COUNT).alpha
+    assert base_profile("Write a poem about the sea.", SKEWED_DRAFT).alpha == 0.65
+    assert base_profile(PROSE, SKEWED_DRAFT).alpha == 0.3
     # the category, and so the generated text, stays that of the rules
-    assert base_profile(COUNT, CODE_DRAFT).category == profile(COUNT).category == "numeric"
+    assert base_profile(COUNT, SKEWED_DRAFT).category == profile(COUNT).category == "numeric"
     assert base_profile(PROSE, None) == profile(PROSE)  # no profile: the rules
-    assert load_profile("rules") is None and load_profile("code-draft") is CODE_DRAFT
+    assert load_profile("rules") is None and load_profile("skewed-draft") is SKEWED_DRAFT
 
 
 def test_yaml_profile_first_matching_rule_wins(tmp_path: Path):
@@ -80,8 +81,8 @@ def test_emulator_serves_the_profiles_acceptance(tmp_path: Path):
     """A served request's measured acceptance follows the profile; the per-request override still wins."""
     proc = start_emulator(
         "speculative",
-        extra=["--time-scale", "0", "--acceptance-profile", "code-draft", "--per-request-spec-decode-metrics",
-               "summary", "--served-model-name", MODEL],
+        extra=["--time-scale", "0", "--acceptance-profile", "skewed-draft",
+               "--per-request-spec-decode-metrics", "summary", "--served-model-name", MODEL],
         log_dir=tmp_path,
     )  # fmt: skip
     try:
@@ -92,10 +93,10 @@ def test_emulator_serves_the_profiles_acceptance(tmp_path: Path):
             assert r.status_code == 200, r.text
             return float(r.json()["metrics"]["speculative_decoding"]["draft_acceptance_rate"])
 
-        assert rate(COUNT) < 0.1  # the rules would give ≈ 0.55 (alpha 0.8)
+        assert rate(COUNT) < 0.15  # the rules would give ≈ 0.55 (alpha 0.8)
         assert rate(CODE) > 0.6
         assert rate(COUNT, vllm_xargs={"emulated_acceptance": 0.95}) > 0.7
         state = httpx.get(proc.url + "/emulator/state", timeout=10).json()
-        assert state["settings"]["acceptance_profile"] == "code-draft"
+        assert state["settings"]["acceptance_profile"] == "skewed-draft"
     finally:
         proc.stop()

@@ -62,18 +62,28 @@ def test_short_requests_move_the_model_less():
     assert one.predict(_x(CODE), 0.9).alpha > other.predict(_x(CODE), 0.9).alpha
 
 
-def test_forgetting_returns_to_the_prior_and_its_uncertainty():
+def test_forgetting_makes_old_evidence_uncertain_not_wrong():
+    """After a long silence the learned value stays, but as uncertain as the prior: the next
+    measurements outweigh it at once, and exploration (which reads the uncertainty) resumes."""
     clock = Clock()
     model = AlphaModel(10.0, clock)
+    story = _x(STORY, "qa", 0.1)
     for _ in range(20):
         clock.t += 0.1
-        model.observe(_x(STORY, "qa", 0.1), 0.1, 0.8, 100)
-    learned = model.predict(_x(STORY, "qa", 0.1), 0.1)
-    assert learned.alpha > 0.6
-    clock.t += 200
-    back = model.predict(_x(STORY, "qa", 0.1), 0.1)
-    assert back.alpha == pytest.approx(prior_alpha(0.1), abs=0.01)
+        model.observe(story, 0.1, 0.8, 100)
+    learned = model.predict(story, 0.1)
+    assert learned.alpha > 0.7 and learned.sd_share < 0.3
+    clock.t += 200  # twenty half-lives
+    back = model.predict(story, 0.1)
+    assert back.alpha == pytest.approx(learned.alpha, abs=0.01)
     assert back.sd_share == pytest.approx(1.0, abs=0.01)
+    fresh = AlphaModel(10.0, clock)  # the same history, without the silence
+    for _ in range(20):
+        clock.t += 0.1
+        fresh.observe(story, 0.1, 0.8, 100)
+    model.observe(story, 0.1, 0.3, 100)
+    fresh.observe(story, 0.1, 0.3, 100)
+    assert model.predict(story, 0.1).alpha < fresh.predict(story, 0.1).alpha - 0.2
 
 
 def test_a_pool_wide_drop_moves_requests_not_measured_since():
