@@ -148,6 +148,14 @@ class Metrics:
             buckets=(-0.5, -0.3, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
             registry=r,
         )
+        self.endpoint_acceptance_outlier = Gauge(
+            "specroute_endpoint_acceptance_outlier",
+            "1 while the endpoint's measured acceptance is far below its peers' and it is out of the"
+            " speculative rotation (probed only), else 0.",
+            ["pool", "endpoint"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
         self.alpha_estimate = Gauge(
             "specroute_alpha_estimate",
             "Live estimate of the per-token acceptance probability, by prompt kind.",

@@ -39,9 +39,10 @@ from typing import Any
 from gateway.config import PoolName, RoutingConfig, Strategy
 from gateway.observability import Metrics
 from gateway.routing.acceptance import Measured
-from gateway.routing.alpha_model import AlphaModel, AlphaPrediction
+from gateway.routing.alpha_model import AlphaModel, AlphaPrediction, logit
 from gateway.routing.estimates import AlphaEstimates
 from gateway.routing.features import extract
+from gateway.routing.outliers import OutlierDetector
 from gateway.routing.policy import Classifier, Decision, Feedback, Outcome, RouteRequest
 from gateway.routing.speedup import SpeedupModel
 from gateway.upstream.pool import Pool
@@ -69,8 +70,13 @@ class AdaptivePolicy:
     model: SpeedupModel = field(default_factory=SpeedupModel)
     estimates: AlphaEstimates = field(default_factory=AlphaEstimates)
     alpha_model: AlphaModel = field(default_factory=AlphaModel)
+    outliers: OutlierDetector | None = None
     counts: Counter[str] = field(default_factory=Counter)
     rng: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self) -> None:
+        if self.outliers is None:
+            self.outliers = OutlierDetector(self.pools["speculative"])
 
     @classmethod
     def build(
@@ -240,6 +246,9 @@ class AdaptivePolicy:
         m = Measured(outcome.accepted_tokens, outcome.steps, k, "stream")
         alpha = m.alpha
         trials = m.trials
+        if self._judge_endpoint(outcome.endpoint, alpha, d.alpha):
+            # a demoted endpoint's acceptance says nothing about the requests: only about it
+            return Feedback(alpha, d.alpha, self._measured_speedup(d, alpha, k))
         est = self.estimates.observe(d.kind, d.prompt_class, d.p_structured, alpha, trials)
         if self.metrics is not None:
             self.metrics.alpha_estimate.labels(d.kind).set(est)
@@ -252,10 +261,23 @@ class AdaptivePolicy:
             self.metrics.acceptance_prediction_error.labels(d.prompt_class).observe(alpha - predicted)
         if tpot is not None and batch is not None and k == self.model.k:
             self.model.observe_speculative(tpot, batch, alpha)
-        speedup = None
-        if d.spec_batch is not None and d.base_batch is not None and k == self.model.k:
-            speedup = self.model.speedup(alpha, d.spec_batch, d.base_batch)
-        return Feedback(alpha, predicted, speedup)
+        return Feedback(alpha, predicted, self._measured_speedup(d, alpha, k))
+
+    def _measured_speedup(self, d: Decision, alpha: float, k: int) -> float | None:
+        if d.spec_batch is None or d.base_batch is None or k != self.model.k:
+            return None
+        return self.model.speedup(alpha, d.spec_batch, d.base_batch)
+
+    def _judge_endpoint(self, endpoint: str, alpha: float, predicted: float | None) -> bool:
+        """Feed the outlier detector; True when the endpoint is (now) demoted."""
+        assert self.outliers is not None
+        if predicted is not None:
+            changed = self.outliers.observe(endpoint, logit(alpha) - logit(predicted))
+            if changed is not None and self.metrics is not None:
+                self.metrics.endpoint_acceptance_outlier.labels(changed.pool, changed.name).set(
+                    1.0 if changed.demoted else 0.0
+                )
+        return self.outliers.is_demoted(endpoint)
 
     def _lifetime_batch(self, outcome: Outcome) -> float | None:
         """Mean of the batch expected at the decision and the one left at the end."""
@@ -281,6 +303,7 @@ class AdaptivePolicy:
             "classifier": type(self.classifier).__module__ + "." + type(self.classifier).__name__,
             "estimates": self.estimates.snapshot(),
             "per_request_model": self.alpha_model.snapshot(),
+            "endpoint_outliers": self.outliers.snapshot() if self.outliers is not None else [],
             "speedup_model": {
                 **self.model.snapshot(),
                 "breakeven_alpha_idle": round(self.model.breakeven_alpha(1.0, 1.0, 1.0 + margin), 4),

@@ -27,6 +27,9 @@ class Endpoint:
     ejections: int = 0
     ejected_until: float = 0.0
     draining: bool = False
+    # set by routing when this endpoint's measured acceptance is far below its peers' (a bad draft
+    # model on one replica): picked only when no peer is, or as one of the probes
+    demoted: bool = False
 
     def available(self, now: float | None = None) -> bool:
         if not self.healthy or self.draining:
@@ -56,6 +59,7 @@ class Pool:
     endpoints: list[Endpoint] = field(default_factory=list)
     num_speculative_tokens: int | None = None
     draft_cost_ratio: float | None = None
+    probe_every: int = 20  # one pick in this many may go to a demoted endpoint
     _ticket: itertools.count[int] = field(default_factory=itertools.count, repr=False)
 
     def available(self) -> list[Endpoint]:
@@ -69,19 +73,23 @@ class Pool:
     def pick(self, exclude: Iterable[Endpoint] = ()) -> Endpoint | None:
         """The available endpoint with the fewest outstanding requests per unit of weight.
 
-        Ties rotate, so an idle pool still spreads requests over its endpoints.
+        Ties rotate, so an idle pool still spreads requests over its endpoints. A demoted endpoint
+        is picked only when no other is available, or on a probe (one pick in ``probe_every``).
         """
         skip = set(exclude)
         now = time.monotonic()
         best: Endpoint | None = None
         best_score = 0.0
         n = len(self.endpoints)
-        start = next(self._ticket) % n if n else 0
+        ticket = next(self._ticket)
+        start = ticket % n if n else 0
+        probe = ticket % self.probe_every == 0
         for i in range(n):
             ep = self.endpoints[(start + i) % n]
             if ep in skip or not ep.available(now):
                 continue
-            score = (ep.outstanding + 1) / ep.weight
+            # a demoted endpoint scores after every other one, except on a probe
+            score = (ep.outstanding + 1) / ep.weight + (1e9 if ep.demoted and not probe else 0.0)
             if best is None or score < best_score:
                 best, best_score = ep, score
         return best
