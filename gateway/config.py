@@ -128,6 +128,12 @@ class RoutingConfig(_Strict):
     )
     scrape_interval_s: float = Field(default=3.0, gt=0)
     half_life_s: float = Field(default=60.0, gt=0, description="how fast live estimates forget")
+    acceptance_half_life_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="how fast the per-request acceptance model's certainty fades (its weights' variance"
+        " grows back to the prior's); sudden changes are caught by its change detector, not by this",
+    )
     seed: int | None = None
 
 

@@ -204,6 +204,22 @@ def learning_command(
     typer.echo(text)
 
 
+@bench_app.command("learning-cost")
+def learning_cost_command(
+    requests: Annotated[int, typer.Option(min=100, help="requests to time")] = 5000,
+    seed: Seed = 0,
+) -> None:
+    """Time the per-request acceptance model: features, prediction and update, per request."""
+    from gateway.bench import learning
+
+    r = learning.cost(requests, seed)
+    typer.echo(
+        f"per request over {int(r['requests'])}: features {r['extract_us']:.1f} µs, prediction"
+        f" {r['predict_us']:.1f} µs, update {r['update_us']:.1f} µs; total {r['total_us']:.1f} µs"
+        f" (p99 {r['total_p99_us']:.1f} µs)"
+    )
+
+
 @bench_app.command("overhead")
 def overhead_command(
     rate: Annotated[

@@ -116,6 +116,7 @@ def execute(opts: LearningOptions, log_dir: Path | None = None) -> dict[str, Any
         "seed": opts.seed,
         "scrape_interval_s": 3 * scale,
         "half_life_s": 60 * scale,
+        "acceptance_half_life_s": 600 * scale,
         **opts.routing,
     }
     out: dict[str, Any] = {}
@@ -207,3 +208,61 @@ def markdown(result: dict[str, Any]) -> str:
                 ]
             )
     return "\n".join(lines) + table(header, rows) + "\n"
+
+
+def cost(requests: int = 5000, seed: int = 0) -> dict[str, float]:
+    """Microseconds per request of the per-request acceptance model's three steps (pure Python).
+
+    Bodies are the ``mixed`` workload's prompts as completions and as chat requests; the classifier's
+    output is computed once beforehand (its own cost is measured by the classifier's benchmark).
+    """
+    import random
+    import time
+
+    from gateway.routing.alpha_model import AlphaModel
+    from gateway.routing.classify import load_classifier
+    from gateway.routing.features import extract
+
+    clf = load_classifier()
+    bodies: list[dict[str, Any]] = []
+    for p in resolve("mixed", None).prompts:
+        bodies.append({"prompt": p.text, "max_tokens": 128, "temperature": 0})
+        bodies.append(
+            {
+                "messages": [
+                    {"role": "system", "content": "You are a helpful assistant."},
+                    {"role": "user", "content": p.text},
+                ],
+                "temperature": 0.7,
+            }
+        )
+    preds = [clf.predict(b) for b in bodies]
+    rng = random.Random(seed)
+    model = AlphaModel(60.0)
+    t_extract = t_predict = t_update = 0.0
+    samples: list[float] = []
+    clock = time.perf_counter
+    for _ in range(requests):
+        i = rng.randrange(len(bodies))
+        body, pred = bodies[i], preds[i]
+        t0 = clock()
+        x = extract(body, pred.kind, pred.p_structured)
+        t1 = clock()
+        prediction = model.predict(x, pred.p_structured)
+        t2 = clock()
+        model.observe(x, pred.p_structured, rng.random(), 60.0, prediction)
+        t3 = clock()
+        t_extract += t1 - t0
+        t_predict += t2 - t1
+        t_update += t3 - t2
+        samples.append(t3 - t0)
+    samples.sort()
+    us = 1e6 / requests
+    return {
+        "requests": float(requests),
+        "extract_us": t_extract * us,
+        "predict_us": t_predict * us,
+        "update_us": t_update * us,
+        "total_us": (t_extract + t_predict + t_update) * us,
+        "total_p99_us": samples[int(0.99 * (len(samples) - 1))] * 1e6,
+    }

@@ -102,7 +102,7 @@ class AdaptivePolicy:
             metrics,
             model,
             AlphaEstimates(routing.half_life_s),
-            AlphaModel(routing.half_life_s),
+            AlphaModel(routing.acceptance_half_life_s),
             rng=random.Random(routing.seed),
         )
 
