@@ -31,8 +31,11 @@ uncertain again and gets explored again.
 
 Pool-wide changes (a new draft model moves every request at once) are caught by a two-sided CUSUM
 on the standardised residuals (residual / predictive standard deviation): the model knows how sure
-it is, so a residual is large only relative to that. A change moves the bias weight by the run's
-mean residual at once instead of waiting for the half-life.
+it is, so a residual is large only relative to that. A change is declared only when the run that
+revealed it shows it in at least two kinds of prompt and no kind measured in it says the opposite
+(a draft model strong on one kind and weak on another is not a pool-wide change: the weights learn
+that); it moves a common offset, added to every prediction, by the agreeing kinds' mean residual
+at once instead of waiting for measurements of every feature.
 
 Exploration reads the posterior: :meth:`AlphaModel.sample` draws a logit from N(mean, var), for
 Thompson sampling on the predicted speedup.
@@ -49,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.routing.estimates import PRIOR_OPEN, PRIOR_STRUCTURED
-from gateway.routing.features import BIAS, SLOTS, Features, slot
+from gateway.routing.features import SLOTS, Features
 
 PRIOR_VAR = 0.15  # prior variance of each weight (logit units squared)
 PROMPT_VAR = 0.05  # variance of a request's logit alpha that its features cannot explain
@@ -60,6 +63,7 @@ CUSUM_LIMIT = 6.0  # accumulated standardised excess that declares a pool-wide c
 CALIBRATION_RATE = 0.02  # weight of one request in the running mean of squared residuals
 Z_CLIP = 3.0  # standardised residuals are clipped here before the change detector sees them
 SHIFT_MIN_RUN = 3  # a change needs at least this many requests in the run that revealed it
+SHIFT_KIND_LOGIT = 0.5  # a kind's mean residual over the run beyond this says which way it moved
 ERROR_RATE = 0.05  # weight of one request in the running prediction-error summary
 REFRESH_S = 0.01  # forgetting is applied to a weight once this share of a half-life has passed
 
@@ -124,6 +128,8 @@ class AlphaModel:
     _down: float = 0.0
     _run_n: int = 0
     _run_r: float = 0.0
+    shift_offset: float = 0.0  # logit moved by the pool-wide changes detected so far
+    _run_kinds: dict[str, list[float]] = field(default_factory=dict)  # kind: [n, Σ residual] in the run
     _z2: float = 1.0  # running mean of the squared standardised residual (1 when the noise model fits)
 
     def _refresh(self, s: int, now: float) -> None:
@@ -137,7 +143,7 @@ class AlphaModel:
     def predict(self, x: Features, p_structured: float) -> AlphaPrediction:
         now = self.clock()
         offset = logit(prior_alpha(p_structured))
-        m, v, x2 = offset, 0.0, 0.0
+        m, v, x2 = offset + self.shift_offset, 0.0, 0.0
         mean, var, stamp = self.mean, self.var, self.stamp
         horizon = REFRESH_S * self.half_life_s
         for s, xi in zip(x.slots, x.values, strict=True):
@@ -182,10 +188,10 @@ class AlphaModel:
         err = alpha - pred.alpha
         self.error_mean += ERROR_RATE * (err - self.error_mean)
         self.error_abs += ERROR_RATE * (abs(err) - self.error_abs)
-        self._detect(resid / math.sqrt(s_total), resid)
+        self._detect(x.kind, resid / math.sqrt(s_total), resid)
         return pred
 
-    def _detect(self, z: float, resid: float) -> None:
+    def _detect(self, kind: str, z: float, resid: float) -> None:
         # clipped: the logit of a proportion from a few draws has heavy tails (a short request that
         # accepted nothing sits at logit(ALPHA_CLIP)); a real change shows in many requests anyway
         z = max(-Z_CLIP, min(Z_CLIP, z))
@@ -196,18 +202,23 @@ class AlphaModel:
         self._up = max(0.0, self._up + z - CUSUM_SLACK)
         self._down = max(0.0, self._down - z - CUSUM_SLACK)
         if self._up == 0.0 and self._down == 0.0:
-            self._run_n, self._run_r = 0, 0.0
+            self._run_kinds.clear()
             return
-        self._run_n += 1
-        self._run_r += resid
-        if max(self._up, self._down) > CUSUM_LIMIT and self._run_n >= SHIFT_MIN_RUN:
-            # every request moved: shift the bias by the run's mean residual and make it uncertain
-            # again, so that it keeps following while the per-feature weights stay as learned
-            b = slot(BIAS)
-            self.mean[b] += self._run_r / self._run_n
-            self.var[b] = PRIOR_VAR
-            self._up = self._down = 0.0
-            self._run_n, self._run_r = 0, 0.0
+        acc = self._run_kinds.setdefault(kind, [0.0, 0.0])
+        acc[0] += 1
+        acc[1] += resid
+        n = sum(a[0] for a in self._run_kinds.values())
+        if max(self._up, self._down) <= CUSUM_LIMIT or n < SHIFT_MIN_RUN:
+            return
+        sign = 1.0 if self._up > self._down else -1.0
+        means = [(a[0], a[1] / a[0]) for a in self._run_kinds.values()]
+        agree = [m for _, m in means if sign * m > SHIFT_KIND_LOGIT]
+        against = [m for c, m in means if c >= 2 and sign * m < -SHIFT_KIND_LOGIT]
+        self._up = self._down = 0.0
+        self._run_kinds.clear()
+        if len(agree) >= 2 and not against:
+            # every kind moved: shift every prediction by their mean residual at once
+            self.shift_offset += sum(agree) / len(agree)
             self.shifts += 1
 
     def snapshot(self, top: int = 12) -> dict[str, Any]:
@@ -218,6 +229,7 @@ class AlphaModel:
         return {
             "updates": self.updates,
             "pool_shifts_detected": self.shifts,
+            "shift_offset_logit": round(self.shift_offset, 4),
             "features_seen": len(self.names),
             "hash_slots": SLOTS,
             "half_life_s": self.half_life_s,

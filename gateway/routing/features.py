@@ -46,9 +46,6 @@ def slot(name: str) -> int:
     return s
 
 
-BIAS = "bias"
-
-
 @dataclass(frozen=True, slots=True)
 class Features:
     """Hashed slots and their values, with the names kept for explaining the model."""
@@ -56,6 +53,7 @@ class Features:
     slots: tuple[int, ...]
     values: tuple[float, ...]
     names: tuple[str, ...]
+    kind: str = ""
 
 
 def _instruction(body: Mapping[str, Any]) -> tuple[str, int]:
@@ -99,8 +97,10 @@ def extract(body: Mapping[str, Any], kind: str, p_structured: float) -> Features
     """The request's features; never raises on a malformed body (it has been validated, but loosely)."""
     text, total = _instruction(body)
     window = text[:WINDOW_CHARS].lower()
-    names: list[str] = [BIAS, "kind=" + kind]
-    values: list[float] = [1.0, 1.0]
+    # no constant feature: a weight every request shares would carry what one kind of prompt teaches
+    # to all others (the prior is the common offset; pool-wide shifts have their own, below)
+    names: list[str] = ["kind=" + kind]
+    values: list[float] = [1.0]
     names.append("p_structured")
     values.append(p_structured - 0.5)
     temperature = _number(body.get("temperature"))
@@ -132,4 +132,4 @@ def extract(body: Mapping[str, Any], kind: str, p_structured: float) -> Features
             for g in grams:
                 names.append("w=" + g)
                 values.append(v)
-    return Features(tuple(slot(n) for n in names), tuple(values), tuple(names))
+    return Features(tuple(slot(n) for n in names), tuple(values), tuple(names), kind)

@@ -89,18 +89,42 @@ def test_forgetting_makes_old_evidence_uncertain_not_wrong():
 def test_a_pool_wide_drop_moves_requests_not_measured_since():
     clock = Clock()
     model = AlphaModel(600.0, clock)
-    bodies = [CODE, LIST, {"prompt": "Convert this CSV to JSON: a,b\n1,2", "temperature": 0}]
+    bodies = [
+        (CODE, "code"),
+        (LIST, "numeric"),
+        ({"prompt": "Convert this CSV to JSON: a,b", "temperature": 0}, "data"),
+    ]
     for i in range(90):
         clock.t += 0.5
-        model.observe(_x(bodies[i % 3]), 0.9, 0.8, 100)
-    unmeasured = {"prompt": "Return a YAML config with host and port", "temperature": 0}
-    before = model.predict(_x(unmeasured), 0.9).alpha
+        body, kind = bodies[i % 3]
+        model.observe(_x(body, kind), 0.9, 0.8, 100)
+    unmeasured = _x({"prompt": "Return a YAML config with host and port", "temperature": 0}, "config")
+    before = model.predict(unmeasured, 0.9).alpha
     for i in range(6):  # a worse draft model: everything drops
         clock.t += 0.5
-        model.observe(_x(bodies[i % 2]), 0.9, 0.25, 100)
+        body, kind = bodies[i % 2]
+        model.observe(_x(body, kind), 0.9, 0.25, 100)
     assert model.shifts == 1
-    after = model.predict(_x(unmeasured), 0.9).alpha
+    after = model.predict(unmeasured, 0.9).alpha
     assert before > 0.75 and after < 0.5
+
+
+def test_a_draft_strong_on_one_kind_and_weak_on_another_is_not_a_pool_wide_shift():
+    """Prompts of one kind far below the prior, of another far above: the weights learn it; no shift
+    moves the prompts not measured yet."""
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    unmeasured = _x(STORY, "creative", 0.9)
+    before = model.predict(unmeasured, 0.9).alpha
+    for i in range(60):
+        clock.t += 0.5
+        body, kind, alpha = [(LIST, "numeric", 0.15), (CODE, "code", 0.95)][i % 2]
+        model.observe(_x(body, kind), 0.9, alpha, 100)
+    assert model.shifts == 0
+    # only what the prompts share (p_structured, length, a few words) moves it, not a shift
+    assert model.predict(unmeasured, 0.9).alpha == pytest.approx(before, abs=0.1)
+    assert model.predict(_x(LIST, "numeric"), 0.9).alpha < 0.3
+    assert model.predict(_x(CODE, "code"), 0.9).alpha > 0.85
 
 
 def test_stationary_spread_is_not_a_pool_wide_shift():
