@@ -154,20 +154,20 @@ class AdaptivePolicy:
         batch = spec.batch if pool == "speculative" else base.batch
         return self._count(
             Decision(
-                pool,
-                label,
-                reason,
-                p,
-                kind,
-                speedup,
-                explore,
-                alpha,
-                batch,
-                spec.batch,
-                base.batch,
-                prediction.sd if prediction is not None else None,
-                features,
-                prediction,
+                pool=pool,
+                prompt_class=label,
+                reason=reason,
+                p_structured=p,
+                kind=kind,
+                predicted_speedup=speedup,
+                explore=explore,
+                alpha=alpha,
+                batch=batch,
+                spec_batch=spec.batch,
+                base_batch=base.batch,
+                alpha_sd=prediction.sd if prediction is not None else None,
+                features=features,
+                prediction=prediction,
             )
         )
 
