@@ -87,10 +87,12 @@ def _run_one(
 def _summary(records: Sequence[loadgen.Record], scale: float) -> dict[str, Any]:
     half = [r for r in records[len(records) // 2 :] if r.ok and r.tpot is not None]
     tpots = [r.tpot for r in half if r.tpot is not None]
+    e2es = [r.e2e for r in half if r.e2e is not None]
     return {
         "ok": sum(r.ok for r in records),
         "errors": sum(not r.ok for r in records),
         "tpot_ms": 1000 * sum(tpots) / len(tpots) / scale if tpots else None,
+        "e2e_ms": 1000 * sum(e2es) / len(e2es) / scale if e2es else None,
         "spec_share": sum(r.pool == "speculative" for r in half) / len(half) if half else None,
         "explored": sum(r.reason == "explore" for r in half),
     }
@@ -177,6 +179,12 @@ def oracle_share(row: dict[str, Any], strategy: str) -> float | None:
     return float((base - got) / (base - oracle))
 
 
+def _with_change(value: float | None, ref: float | None) -> list[str]:
+    if value is None:
+        return ["-", "-"]
+    return [f"{value:.2f}", f"{(value - ref) / ref:+.1%}" if ref else "-"]
+
+
 def markdown(result: dict[str, Any]) -> str:
     c = result["config"]
     lines = [
@@ -184,24 +192,27 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Acceptance profile `{c['profile']}`, {c['requests']} requests per strategy and load from the"
         f" `mixed` workload, max_tokens {c['max_tokens']}, draft cost ratio {c['draft_cost_ratio']:g},"
-        f" time scale {c['time_scale']:g}, seed {c['seed']}. Second half of each run; TPOT in emulated"
-        " ms; 'of oracle': share of the oracle's TPOT gain over always-baseline.",
+        f" time scale {c['time_scale']:g}, seed {c['seed']}. Second half of each run; TPOT and e2e"
+        " (mean, queueing included) in emulated ms; 'of oracle': share of the oracle's TPOT gain over"
+        " always-baseline (none where the oracle gains nothing).",
         "",
     ]
-    header = ["load (req/s)", "strategy", "TPOT ms", "vs baseline", "of oracle", "→spec", "explored", "err"]
+    header = [
+        "load (req/s)", "strategy", "TPOT ms", "vs baseline", "of oracle", "e2e ms", "vs baseline",
+        "→spec", "explored", "err",
+    ]  # fmt: skip
     rows = []
     for rate, row in result["loads"].items():
-        base = row.get("always-baseline", {}).get("tpot_ms")
+        base = row.get("always-baseline", {})
         for name, s in row.items():
-            t = s["tpot_ms"]
             share = oracle_share(row, name)
             rows.append(
                 [
                     rate,
                     name,
-                    f"{t:.2f}" if t is not None else "-",
-                    f"{(t - base) / base:+.1%}" if t is not None and base else "-",
+                    *_with_change(s["tpot_ms"], base.get("tpot_ms")),
                     f"{share:.2f}" if share is not None else "-",
+                    *_with_change(s.get("e2e_ms"), base.get("e2e_ms")),
                     f"{s['spec_share']:.0%}" if s["spec_share"] is not None else "-",
                     str(s["explored"]),
                     str(s["errors"]),
