@@ -7,9 +7,10 @@ over the request's own words and fields can, and it shares what it learns across
 
 The model::
 
-    logit(alpha) = logit(prior(p_structured)) + Σ_i x_i · w_i          w_i ~ N(mean_i, var_i)
+    logit(alpha) = logit(prior(p_structured)) + shift + Σ_i x_i · w_i        w_i ~ N(mean_i, var_i)
 
-``prior`` is the classifier's prior (alpha 0.25 for prose to 0.8 for structured output), so with no
+``prior`` is the classifier's prior (alpha 0.25 for prose to 0.8 for structured output) and ``shift``
+the pool-wide changes detected so far (0 at start), so with no
 data the prediction is exactly the prior the gateway always had; every weight starts at mean 0 with
 variance ``PRIOR_VAR``. A measured request updates the weights of its features by a Kalman step with
 a diagonal covariance (recursive least squares, one multiply-add per feature). Its observation noise

@@ -11,7 +11,7 @@ Word unigrams and bigrams of the first ``WINDOW_WORDS`` words of the instruction
 weight (each has value 1/√n), so a long instruction does not outvote the other features. Text with
 few spaces (Chinese, Japanese, ...) gets character bigrams instead of words.
 
-The whole extraction is a few tens of microseconds in pure Python (``specroute bench learning``
+The whole extraction is a few tens of microseconds in pure Python (``specroute bench learning-cost``
 prints it).
 """
 
