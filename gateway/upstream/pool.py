@@ -74,7 +74,8 @@ class Pool:
         """The available endpoint with the fewest outstanding requests per unit of weight.
 
         Ties rotate, so an idle pool still spreads requests over its endpoints. A demoted endpoint
-        is picked only when no other is available, or on a probe (one pick in ``probe_every``).
+        is picked only when no other is available, or on a probe (one pick in ``probe_every``, which goes
+        to a demoted endpoint when there is one).
         """
         skip = set(exclude)
         now = time.monotonic()
@@ -88,8 +89,10 @@ class Pool:
             ep = self.endpoints[(start + i) % n]
             if ep in skip or not ep.available(now):
                 continue
-            # a demoted endpoint scores after every other one, except on a probe
-            score = (ep.outstanding + 1) / ep.weight + (1e9 if ep.demoted and not probe else 0.0)
+            # a demoted endpoint scores after every other one, except on a probe, which it takes
+            score = (ep.outstanding + 1) / ep.weight
+            if ep.demoted:
+                score += -1e9 if probe else 1e9
             if best is None or score < best_score:
                 best, best_score = ep, score
         return best
