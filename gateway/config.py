@@ -183,10 +183,32 @@ class LimitsConfig(_Strict):
 class RoutingConfig(_Strict):
     strategy: Strategy = Strategy.ADAPTIVE
     allow_pool_override: bool = True
-    margin: float = Field(default=0.1, ge=0, description="required relative TPOT gain to go speculative")
-    exploration_rate: float = Field(default=0.05, ge=0, le=1)
+    margin: float = Field(
+        default=0.1,
+        ge=0,
+        description="required relative TPOT gain to go speculative; with the per-request acceptance model"
+        " it shrinks with the prediction's uncertainty (down to a fifth of it for a well-measured request)",
+    )
+    acceptance_model: Literal["per-request", "per-kind"] = Field(
+        default="per-request",
+        description="per-request: an online regression on each request's own features, exploring by"
+        " Thompson sampling; per-kind: one decayed mean per (kind, class), exploring at exploration_rate",
+    )
+    exploration_rate: float = Field(
+        default=0.02,
+        ge=0,
+        le=1,
+        description="share of requests predicted for baseline sent to speculative anyway; with the"
+        " per-request model a floor under the exploration its uncertainty asks for",
+    )
     scrape_interval_s: float = Field(default=3.0, gt=0)
     half_life_s: float = Field(default=60.0, gt=0, description="how fast live estimates forget")
+    acceptance_half_life_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="how fast the per-request acceptance model's certainty fades (its weights' variance"
+        " grows back to the prior's); sudden changes are caught by its change detector, not by this",
+    )
     seed: int | None = None
 
 

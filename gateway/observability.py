@@ -175,6 +175,21 @@ class Metrics:
             ["class"],
             registry=r,
         )
+        self.acceptance_prediction_error = Histogram(
+            "specroute_acceptance_prediction_error_ratio",
+            "Measured minus predicted per-token acceptance (alpha) of each measured request.",
+            ["class"],
+            buckets=(-0.5, -0.3, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
+            registry=r,
+        )
+        self.endpoint_acceptance_outlier = Gauge(
+            "specroute_endpoint_acceptance_outlier",
+            "1 while the endpoint's measured acceptance is far below its peers' and it is out of the"
+            " speculative rotation (probed only), else 0.",
+            ["pool", "endpoint"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
         self.alpha_estimate = Gauge(
             "specroute_alpha_estimate",
             "Live estimate of the per-token acceptance probability, by prompt kind.",
@@ -320,8 +335,10 @@ ACCESS_FIELDS = (
     "p_structured",
     "alpha_hat",
     "predicted_speedup",
+    "alpha_sd",
     "acceptance",
     "alpha",
+    "measured_speedup",
     "spec_steps",
     "acceptance_source",
     "ttft_ms",
@@ -333,10 +350,13 @@ ACCESS_FIELDS = (
 )
 """Keys of every access-log line, in order; ``prompt`` follows only when ``logging.log_prompts`` is on.
 
-``alpha_hat`` is the live acceptance estimate the routing decision used; ``acceptance`` and ``alpha``
-are what was measured on this very response (speculative pool only, and not for a resumed stream).
-``resumed`` is how many times a broken stream went on on another endpoint, ``resumed_on`` those
-endpoints in order (``endpoint`` is the one that served the start).
+``alpha_hat`` is the live acceptance estimate the routing decision used, ``alpha_sd`` its
+uncertainty (posterior standard deviation of logit alpha, per-request model only); ``acceptance`` and
+``alpha`` are what was measured on this very response (speculative pool only, and not for a resumed
+stream), and ``measured_speedup`` the speedup model's TPOT ratio at the measured alpha and the batches
+the decision saw — the counterpart of ``predicted_speedup``. ``resumed`` is how many times a broken
+stream went on on another endpoint, ``resumed_on`` those endpoints in order (``endpoint`` is the one
+that served the start).
 """
 
 
@@ -364,8 +384,10 @@ def access_record(
     p_structured: float | None = None,
     alpha_hat: float | None = None,
     predicted_speedup: float | None = None,
+    alpha_sd: float | None = None,
     acceptance: float | None = None,
     alpha: float | None = None,
+    measured_speedup: float | None = None,
     spec_steps: float | None = None,
     acceptance_source: str | None = None,
     ttft_s: float | None = None,
@@ -395,8 +417,10 @@ def access_record(
         "p_structured": _round(p_structured),
         "alpha_hat": _round(alpha_hat),
         "predicted_speedup": _round(predicted_speedup, 3),
+        "alpha_sd": _round(alpha_sd),
         "acceptance": _round(acceptance),
         "alpha": _round(alpha),
+        "measured_speedup": _round(measured_speedup, 3),
         "spec_steps": spec_steps,
         "acceptance_source": acceptance_source,
         "ttft_ms": _ms(ttft_s),

@@ -373,7 +373,7 @@ def _finish(
     pool = sent.pool if sent else (decision.pool if decision else "none")
     cls = decision.prompt_class if decision else "none"
     gw.metrics.requests.labels(ex.api, pool, cls, str(status)).inc()
-    ttft = tokens = tpot = measured = None
+    ttft = tokens = tpot = measured = feedback = None
     chunks = 0
     if meter is not None:
         tokens, chunks = meter.completion_tokens, meter.chunks
@@ -399,7 +399,7 @@ def _finish(
             gw.metrics.accepted_tokens.labels(cls).inc(accepted)
             gw.metrics.draft_tokens.labels(cls).inc(drafted)
         if resumed_on is None:
-            gw.policy.observe(
+            feedback = gw.policy.observe(
                 Outcome(
                     decision,
                     sent.pool,
@@ -431,6 +431,8 @@ def _finish(
                 p_structured=decision.p_structured if decision else None,
                 alpha_hat=decision.alpha if decision else None,
                 predicted_speedup=decision.predicted_speedup if decision else None,
+                alpha_sd=decision.alpha_sd if decision else None,
+                measured_speedup=feedback.speedup if feedback else None,
                 acceptance=measured.rate if measured else None,
                 alpha=measured.alpha if measured else None,
                 spec_steps=measured.steps if measured else None,

@@ -161,6 +161,68 @@ def compare_command(
     typer.echo(f"wrote {out}/compare.md, {out}/compare.json", err=True)
 
 
+@bench_app.command("learning")
+def learning_command(
+    acceptance_profile: Annotated[
+        str, typer.Option(help="the emulated draft model: 'skewed-draft', 'rules' or a YAML rule file")
+    ] = "skewed-draft",
+    rate: Annotated[
+        list[float] | None,
+        typer.Option("--rate", min=0.001, help="emulated req/s, repeatable [default: 1, 4, 20]"),
+    ] = None,
+    requests: Annotated[int, typer.Option(min=2, help="requests per strategy and load")] = 400,
+    max_tokens: MaxTokens = 64,
+    time_scale: Annotated[float, typer.Option(min=0.001, help="multiply emulated delays")] = 0.1,
+    draft_cost_ratio: Annotated[float, typer.Option(min=0.0, max=1.0, help="the emulated draft's c")] = 0.05,
+    strategy: Annotated[
+        list[str] | None, typer.Option("--strategy", help="repeatable [default: all]")
+    ] = None,
+    seed: Seed = 0,
+    out: Annotated[Path | None, typer.Option(help="write learning.md and learning.json here")] = None,
+) -> None:
+    """Each strategy, fresh, on a draft model unlike the classifier's prior, at several loads."""
+    import orjson
+
+    from gateway.bench import learning
+
+    opts = learning.LearningOptions(
+        profile=acceptance_profile,
+        rates=rate or (1.0, 4.0, 20.0),
+        requests=requests,
+        max_tokens=max_tokens,
+        time_scale=time_scale,
+        draft_cost_ratio=draft_cost_ratio,
+        strategies=strategy or learning.STRATEGIES,
+        seed=seed,
+    )
+    logs = None
+    if out is not None:
+        logs = out / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+    result = _or_exit(lambda: learning.execute(opts, logs))
+    text = learning.markdown(result)
+    if out is not None:
+        (out / "learning.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+        (out / "learning.md").write_text(text)
+    typer.echo(text)
+
+
+@bench_app.command("learning-cost")
+def learning_cost_command(
+    requests: Annotated[int, typer.Option(min=100, help="requests to time")] = 5000,
+    seed: Seed = 0,
+) -> None:
+    """Time the per-request acceptance model: features, prediction and update, per request."""
+    from gateway.bench import learning
+
+    r = learning.cost(requests, seed)
+    typer.echo(
+        f"per request over {int(r['requests'])}: features {r['extract_us']:.1f} µs, prediction"
+        f" {r['predict_us']:.1f} µs, update {r['update_us']:.1f} µs; total {r['total_us']:.1f} µs"
+        f" (p99 {r['total_p99_us']:.1f} µs)"
+    )
+
+
 @bench_app.command("overhead")
 def overhead_command(
     rate: Annotated[

@@ -62,6 +62,12 @@ def emulate_command(
     acceptance_scale: Annotated[
         float, typer.Option(min=0.0, help="multiply every acceptance probability")
     ] = 1.0,
+    acceptance_profile: Annotated[
+        str,
+        typer.Option(
+            help="draft model's acceptance: built-in 'rules' (default) or 'skewed-draft', or a YAML rule file"
+        ),
+    ] = "rules",
     error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of requests answered 500")] = 0.0,
     hang_rate: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="share of requests never answered")
@@ -74,9 +80,14 @@ def emulate_command(
     ] = 0.0,
 ) -> None:
     """Run a vLLM-compatible speculative-decoding emulator."""
+    from gateway.emulator.acceptance import load_profile
     from gateway.emulator.config import EmulatorConfig
     from gateway.emulator.server import run
 
+    try:
+        load_profile(acceptance_profile)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--acceptance-profile") from None
     cfg = EmulatorConfig(
         mode=mode.value,
         served_model_names=list(served_model_name or ["demo-model"]),
@@ -94,6 +105,7 @@ def emulate_command(
         per_request_spec_decode_metrics=per_request_spec_decode_metrics.value,
         spec_decode_counters=spec_decode_counters.value,
         acceptance_scale=acceptance_scale,
+        acceptance_profile=acceptance_profile,
         error_rate=error_rate,
         hang_rate=hang_rate,
         reset_rate=reset_rate,

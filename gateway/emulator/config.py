@@ -41,6 +41,7 @@ class EmulatorConfig:
     per_request_spec_decode_metrics: Literal["off", "summary"] = "off"
     spec_decode_counters: Literal["on", "zero"] = "on"  # zero: like Neuron's fused speculation
     acceptance_scale: float = 1.0
+    acceptance_profile: str = "rules"  # a built-in profile's name or a YAML file (emulator.acceptance)
     error_rate: float = 0.0
     hang_rate: float = 0.0
     reset_rate: float = 0.0

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from gateway.emulator.acceptance import effective_alpha, profile
+from gateway.emulator.acceptance import base_profile, effective_alpha, load_profile, profile
 from gateway.emulator.config import EmulatorConfig
 from gateway.emulator.engine import Engine, Group, Seq
 from gateway.emulator.metrics import CONTENT_TYPE, EngineMetrics, make_registry, render
@@ -81,6 +81,7 @@ async def _send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[
 class EmulatorApp:
     def __init__(self, cfg: EmulatorConfig) -> None:
         self.cfg = cfg
+        self.acceptance = load_profile(cfg.acceptance_profile)
         self.metrics = EngineMetrics(cfg.num_speculative_tokens, cfg.max_model_len, cfg.speculative)
         self.metrics.zero_spec_counters = cfg.spec_decode_counters == "zero"
         self.registry = make_registry(
@@ -207,9 +208,8 @@ class EmulatorApp:
         source, text = _continued(p, req, head)
         if source is None:
             source, text = _source(p.text, p.ids, head), p.text
-        alpha = effective_alpha(
-            profile(text).alpha, req.temperature, cfg.acceptance_scale, req.emulated_acceptance
-        )
+        base_alpha = base_profile(text, self.acceptance).alpha
+        alpha = effective_alpha(base_alpha, req.temperature, cfg.acceptance_scale, req.emulated_acceptance)
         max_tokens = req.max_tokens if req.max_tokens is not None else cfg.max_model_len - len(p.ids)
         return Seq(
             group,

@@ -13,9 +13,11 @@ Three layers, each cheap enough for the request path:
    model, a traffic shift, acceptance collapsing — replaces the old evidence by the run of new
    observations at once instead of waiting out the half-life;
 4. the same detector across all keys: a new draft model moves every kind at once, so when the
-   residuals of all requests together show a sustained shift, every kind's evidence and the prior
-   are rescaled by the ratio the run revealed — kinds that have not been measured since learn
-   the change from the others instead of one by one.
+   residuals of all requests together show a sustained shift *in at least two kinds*, every kind's
+   evidence and the prior are rescaled by the ratio those kinds revealed — kinds that have not been
+   measured since learn the change from the others instead of one by one. (A shift seen in one
+   kind only is that kind's own business: a couple of misclassified prompts in a row used to be
+   taken for a pool-wide shift, and rescaled every estimate down with nothing changed.)
 
 Requests are the units of evidence, not tokens: prompts of one kind differ in alpha, and one long
 request must not outvote many short ones.
@@ -34,6 +36,7 @@ PRIOR_WEIGHT = 0.5  # the prior counts as this many requests: it decides only un
 FULL_TRIALS = 32.0  # a request with this many draft draws counts as one whole observation
 CUSUM_SLACK = 0.08  # residuals smaller than this are noise
 CUSUM_LIMIT = 0.9  # accumulated excess that declares a change (≈ 2 observations 0.5 off)
+SHIFT_KINDS = 2  # kinds whose requests must show a change before it is taken as pool-wide
 
 
 @dataclass(slots=True)
@@ -125,28 +128,42 @@ class KindEstimate:
 
 @dataclass(slots=True)
 class ShiftDetector:
-    """Two-sided CUSUM over every request's residual, for changes that hit all kinds together."""
+    """Two-sided CUSUM over every request's residual, for changes that hit all kinds together.
+
+    A shift is declared only when the run that crossed the limit shows it in at least
+    ``SHIFT_KINDS`` kinds, and the ratio applied is theirs. One prompt far from its kind's mean
+    (a misclassified one, or only the spread inside a kind) crosses the limit on its own; taking
+    that as pool-wide rescaled every kind by the ratio of a run picked for being extreme.
+    """
 
     changes: int = 0
     _up: float = 0.0
     _down: float = 0.0
-    _run_measured: float = 0.0  # Σ weight·measured and Σ weight·expected over the current run
-    _run_expected: float = 0.0
+    # the run since the CUSUM last sat at zero, per kind: Σ weight·residual, Σ w·measured, Σ w·expected
+    _run: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, alpha: float, expected: float, w: float) -> float | None:
+    def add(self, kind: str, alpha: float, expected: float, w: float) -> float | None:
         """Record one residual; return the measured/expected ratio when a shift is declared."""
         r = (alpha - expected) * w
         self._up = max(0.0, self._up + r - CUSUM_SLACK * w)
         self._down = max(0.0, self._down - r - CUSUM_SLACK * w)
         if self._up == 0.0 and self._down == 0.0:
-            self._run_measured = self._run_expected = 0.0
+            self._run.clear()
             return None
-        self._run_measured += alpha * w
-        self._run_expected += expected * w
+        acc = self._run.setdefault(kind, [0.0, 0.0, 0.0])
+        acc[0] += r
+        acc[1] += alpha * w
+        acc[2] += expected * w
         if max(self._up, self._down) <= CUSUM_LIMIT:
             return None
-        measured, expected_sum = self._run_measured, self._run_expected
-        self._up = self._down = self._run_measured = self._run_expected = 0.0
+        sign = 1.0 if self._up > self._down else -1.0
+        agreeing = [a for a in self._run.values() if sign * a[0] > CUSUM_SLACK]
+        self._up = self._down = 0.0
+        self._run.clear()
+        if len(agreeing) < SHIFT_KINDS:
+            return None  # one kind's outliers: that kind's own detector deals with them
+        measured = sum(a[1] for a in agreeing)
+        expected_sum = sum(a[2] for a in agreeing)
         self.changes += 1
         return measured / expected_sum if expected_sum > 0 else None
 
@@ -175,7 +192,7 @@ class AlphaEstimates:
         w = min(1.0, trials / FULL_TRIALS)
         if w <= 0:
             return self.alpha(kind, cls, p_structured)
-        ratio = self.shift.add(alpha, self.alpha(kind, cls, p_structured), w)
+        ratio = self.shift.add(kind, alpha, self.alpha(kind, cls, p_structured), w)
         if ratio is not None:
             self._rescale(ratio)
         if now > self._prior_at:

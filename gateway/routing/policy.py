@@ -10,16 +10,21 @@ Strategies:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.config import Strategy
 from gateway.types import Api, PoolName, PromptClass
+
+if TYPE_CHECKING:
+    from gateway.routing.alpha_model import AlphaPrediction
+    from gateway.routing.features import Features
 
 __all__ = [
     "Api",
     "Classifier",
     "Decision",
+    "Feedback",
     "Outcome",
     "PoolName",
     "Prediction",
@@ -59,6 +64,12 @@ class Decision:
     explore: bool = False
     alpha: float | None = None  # the alpha the decision expected
     batch: float | None = None  # the batch the request was expected to join on its pool
+    spec_batch: float | None = None  # the batches both pools offered at the decision: the measured
+    base_batch: float | None = None  # speedup is evaluated at them, comparable with the predicted one
+    alpha_sd: float | None = None  # the prediction's uncertainty (posterior sd of logit alpha)
+    # what the per-request acceptance model saw and said, for learning from the outcome
+    features: Features | None = field(default=None, repr=False, compare=False)
+    prediction: AlphaPrediction | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +90,26 @@ class Outcome:
     temperature: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """What the policy made of one measured request: its acceptance and speedup, as measured.
+
+    ``speedup`` is the speedup model's TPOT ratio (baseline / speculative) at the *measured* alpha
+    and the batches the decision saw: the counterpart of the predicted speedup, with the prediction
+    error of alpha being the only difference between the two.
+    """
+
+    alpha: float
+    predicted_alpha: float | None
+    speedup: float | None
+
+
 class Policy(Protocol):
     strategy: Strategy
 
     def decide(self, request: RouteRequest) -> Decision: ...
 
-    def observe(self, outcome: Outcome) -> None: ...
+    def observe(self, outcome: Outcome) -> Feedback | None: ...
 
 
 @dataclass
@@ -109,5 +134,5 @@ class StaticPolicy:
         )
         return Decision(pool, pred.label, reason, pred.p_structured, pred.kind)
 
-    def observe(self, outcome: Outcome) -> None:
+    def observe(self, outcome: Outcome) -> Feedback | None:
         return None

@@ -40,6 +40,9 @@ class Endpoint:
     draining: bool = False
     busy_until: float = 0.0
     busy_weight: float = 1.0
+    # set by routing when this endpoint's measured acceptance is far below its peers' (a bad draft
+    # model on one replica): picked only when no peer is, or as one of the probes
+    demoted: bool = False
 
     def available(self, now: float | None = None) -> bool:
         if not self.healthy or self.draining:
@@ -91,6 +94,7 @@ class Pool:
     endpoints: list[Endpoint] = field(default_factory=list)
     num_speculative_tokens: int | None = None
     draft_cost_ratio: float | None = None
+    probe_every: int = 20  # one pick in this many may go to a demoted endpoint
     _ticket: itertools.count[int] = field(default_factory=itertools.count, repr=False)
 
     def available(self) -> list[Endpoint]:
@@ -109,19 +113,26 @@ class Pool:
         """The available endpoint with the fewest outstanding requests per unit of (effective) weight.
 
         Ties rotate, so an idle pool still spreads requests over its endpoints. With ``panic`` every
-        endpoint not draining is a candidate, whether ejected or failing its health checks.
+        endpoint not draining is a candidate, whether ejected or failing its health checks. A demoted
+        endpoint is picked only when no other is available, or on a probe (one pick in
+        ``probe_every``, which goes to a demoted endpoint when there is one).
         """
         skip = set(exclude)
         now = time.monotonic()
         best: Endpoint | None = None
         best_score = 0.0
         n = len(self.endpoints)
-        start = next(self._ticket) % n if n else 0
+        ticket = next(self._ticket)
+        start = ticket % n if n else 0
+        probe = ticket % self.probe_every == 0
         for i in range(n):
             ep = self.endpoints[(start + i) % n]
             if ep in skip or ep.draining or not (panic or ep.available(now)):
                 continue
+            # a demoted endpoint scores after every other one, except on a probe, which it takes
             score = (ep.outstanding + 1) / ep.effective_weight(now)
+            if ep.demoted:
+                score += -1e9 if probe else 1e9
             if best is None or score < best_score:
                 best, best_score = ep, score
         return best

@@ -396,3 +396,72 @@ def test_assembled_body_equals_upstream_non_streamed(pools, forced, api):
         a.pop("created"), b.pop("created")
         assert a == b
         assert list(a) == list(b)
+
+
+def test_adaptive_learns_a_draft_model_unlike_the_prior(tmp_path):
+    """The emulated draft model is strong where the classifier's prior expects a loss (fiction) and
+    slower than no speculation where it expects its best (data formats, copying, counting).
+
+    Fresh gateways, the same seeded requests at light load: on the second half of the run
+    ``adaptive`` must beat both fixed pools and the ``classifier`` strategy, and get most of the
+    oracle's gain. The margins are loose on purpose (a loaded machine stretches every TPOT); the
+    figures themselves come from ``specroute bench learning`` (README).
+    """
+    from gateway.bench import learning
+
+    opts = learning.LearningOptions(profile="skewed-draft", rates=(1.0,), requests=240, time_scale=0.1)
+    result = learning.execute(opts, tmp_path)
+    print(learning.markdown(result))
+    row = result["loads"]["1"]
+    tpot = {name: s["tpot_ms"] for name, s in row.items()}
+    assert all(s["errors"] == 0 for s in row.values())
+    assert tpot["adaptive"] < 0.97 * tpot["classifier"]
+    assert tpot["adaptive"] < 0.9 * tpot["always-baseline"]
+    assert tpot["adaptive"] < tpot["always-speculative"]
+    share = learning.oracle_share(row, "adaptive")
+    assert share is not None and share > 0.7
+
+
+def test_endpoint_with_collapsed_acceptance_leaves_the_rotation_and_returns(tmp_path):
+    """Three speculative replicas; one gets a bad draft model (acceptance scaled by 0.2 through the emulator's
+    control endpoint). The gateway measures it per request, demotes it (metric and /admin/routing say
+    so), keeps probing it, and puts it back once its acceptance recovers."""
+    args = ["--served-model-name", MODEL, "--time-scale", "0.05", "--max-num-seqs", "16", "--seed", "3"]
+    specs = [stack.start_emulator("speculative", extra=args, log_dir=tmp_path) for _ in range(3)]
+    base = stack.start_emulator("baseline", extra=args, log_dir=tmp_path)
+    with stack.running(*specs, base):
+        cfg = stack.demo_config(
+            [s.url for s in specs],
+            [base.url],
+            stack.free_port(),
+            MODEL,
+            "adaptive",
+            extra={"routing": {"seed": 1, "exploration_rate": 0.0}, "auth": {"admin_key": "admin-secret"}},
+        )
+        gw = stack.start_gateway(cfg, tmp_path, "outlier")
+        with stack.running(gw):
+            bad = specs[2].url
+            _control(bad, acceptance_scale=0.2)
+
+            def send(n: int) -> dict:
+                for i in range(n):
+                    _run(gw.url, STRUCTURED[i % len(STRUCTURED)], max_tokens=48)
+                return {e["endpoint"]: e for e in _admin(gw.url)["endpoint_outliers"]}
+
+            state = send(30)
+            print("after the collapse:", state)
+            names = sorted(state)
+            assert state[names[2]]["demoted"] and not state[names[0]]["demoted"]
+            gauge = [ln for ln in httpx.get(gw.url + "/metrics", timeout=10).text.splitlines()
+                     if ln.startswith("specroute_endpoint_acceptance_outlier{")]  # fmt: skip
+            assert any(names[2] in ln and ln.endswith(" 1.0") for ln in gauge), gauge
+            served = _counters(bad).drafts
+            send(40)
+            assert _counters(bad).drafts > served  # still probed ...
+            _control(bad, acceptance_scale=1.0)
+            for _ in range(12):  # ... so that its recovery is seen
+                state = send(20)
+                if not state[names[2]]["demoted"]:
+                    break
+            print("after the recovery:", state)
+            assert not state[names[2]]["demoted"]

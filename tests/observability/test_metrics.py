@@ -17,9 +17,10 @@ from gateway.upstream.pool import Endpoint
 #: every label a gateway series may carry: each takes a bounded set of values
 BOUNDED_LABELS = {"route", "pool", "class", "status", "strategy", "reason", "endpoint", "kind", "from_pool",
                   "to_pool", "state", "outcome"}  # fmt: skip
-#: a base unit, or what is counted; ``_estimate`` is a probability (alpha-hat), dimensionless
+#: a base unit, or what is counted; ``_estimate`` is a probability (alpha-hat), dimensionless;
+#: ``_up``, ``_ejected`` and ``_outlier`` are 0/1 states
 UNITS = ("_seconds", "_ratio", "_requests", "_tokens", "_decisions", "_errors", "_retries", "_failovers",
-         "_resumptions", "_up", "_estimate", "_ejections", "_ejected")  # fmt: skip
+         "_resumptions", "_up", "_estimate", "_ejections", "_ejected", "_outlier")  # fmt: skip
 
 
 def _collectors(metrics: Metrics) -> list[object]:

@@ -131,3 +131,22 @@ def test_memory_stays_flat_when_residuals_alternate_around_the_estimate():
     finally:
         tracemalloc.stop()
     assert grown < 20_000, f"{grown} bytes more after 20,000 requests"
+
+
+def _feed(est: AlphaEstimates, clock: Clock, kinds: list[str], alpha: float, n: int) -> None:
+    for i in range(n):
+        clock.t += 0.25
+        est.observe(kinds[i % len(kinds)], "structured", 0.95, alpha, FULL_TRIALS)
+
+
+def test_one_kinds_outliers_are_not_a_pool_wide_shift():
+    """Two prompts in a row far below their kind's mean (a misclassified pair) crossed the pool-wide
+    limit on their own, and every kind, measured or not, was rescaled by that pair's ratio: the
+    estimates fell far below the prior with nothing changed in the pool."""
+    clock = Clock()
+    est = AlphaEstimates(60.0, clock)
+    _feed(est, clock, ["rep", "code", "data", "extract"], 0.8, 80)
+    _feed(est, clock, ["code"], 0.2, 2)
+    assert est.shift.changes == 0
+    assert est.alpha("extract", "structured", 0.95) == pytest.approx(0.8, abs=0.05)
+    assert est.alpha("data", "structured", 0.95) == pytest.approx(0.8, abs=0.05)

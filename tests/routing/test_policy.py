@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from prometheus_client import generate_latest
 
 from gateway.config import RoutingConfig, Strategy
 from gateway.observability import Metrics
@@ -42,7 +43,7 @@ OPEN = RouteRequest({"prompt": "tell me a story"}, "completions")
 
 
 def test_adaptive_follows_predicted_gain():
-    p = _policy(exploration_rate=0.0)
+    p = _policy(exploration_rate=0.0, acceptance_model="per-kind")
     d = p.decide(STRUCTURED)
     assert (d.pool, d.reason) == ("speculative", "predicted-gain") and d.predicted_speedup > 2
     d = p.decide(OPEN)
@@ -59,12 +60,13 @@ def test_static_strategies_and_forced_pool():
 
 
 def test_exploration_share_matches_the_rate():
-    p = _policy(exploration_rate=0.2)
+    """The per-kind model explores at the fixed rate (the per-request one adds Thompson sampling)."""
+    p = _policy(exploration_rate=0.2, acceptance_model="per-kind")
     n = 4000
     explored = sum(p.decide(OPEN).explore for _ in range(n))
     assert explored / n == pytest.approx(0.2, abs=3 * (0.2 * 0.8 / n) ** 0.5)
     assert p.counts["explore"] == explored
-    again = _policy(exploration_rate=0.2)  # seeded: the same sequence
+    again = _policy(exploration_rate=0.2, acceptance_model="per-kind")  # seeded: the same sequence
     assert sum(again.decide(OPEN).explore for _ in range(n)) == explored
 
 
@@ -122,3 +124,50 @@ def _now() -> float:
 def test_decision_is_a_plain_record():
     d = _policy().decide(STRUCTURED)
     assert isinstance(d, Decision) and d.alpha is not None and d.batch == 1.0
+
+
+def _spec_outcome(d: Decision, accepted: int, steps: int = 30) -> Outcome:
+    return Outcome(
+        d, "speculative", "s0", 200, 0.05, 1.0, accepted + steps, steps, accepted, steps * 7, steps
+    )
+
+
+def test_uncertain_requests_are_explored_and_measured_ones_not():
+    """Thompson sampling: a prompt the prior calls a loss is explored while its acceptance is unknown;
+    once measured as a loss it is explored (almost) no more, with no fixed rate at all."""
+    p = _policy(exploration_rate=0.0)
+    n = 400
+    early = sum(p.decide(OPEN).explore for _ in range(n)) / n
+    assert 0.05 < early < 0.9
+    d = p.decide(OPEN)
+    for _ in range(30):
+        p.observe(_spec_outcome(d, accepted=3))  # alpha ≈ 0.1: speculation is a loss
+    late = sum(p.decide(OPEN).explore for _ in range(n)) / n
+    assert late < early / 3
+
+
+def test_a_prompt_the_prior_gets_wrong_is_learned_from_its_measurements():
+    """The classifier calls it open-ended (prior alpha ≈ 0.27); the draft model accepts it well."""
+    p = _policy(exploration_rate=0.0)
+    assert p.decide(OPEN).reason in ("no-gain", "explore")
+    d = p.decide(OPEN)
+    for _ in range(10):
+        fb = p.observe(_spec_outcome(d, accepted=150))  # mean length 6: alpha ≈ 0.9
+    assert fb is not None and fb.alpha > 0.85
+    assert fb.speedup == pytest.approx(p.model.speedup(fb.alpha, d.spec_batch, d.base_batch))
+    assert fb.speedup > d.predicted_speedup  # measured beats the prediction made from the prior
+    after = p.decide(OPEN)
+    assert (after.pool, after.reason) == ("speculative", "predicted-gain")
+    assert after.alpha > 0.7 and after.alpha_sd < d.alpha_sd
+    snap = p.snapshot()["per_request_model"]
+    assert snap["updates"] == 10 and snap["top_weights"]
+
+
+def test_prediction_error_is_exported_per_class():
+    p = _policy(exploration_rate=0.0)
+    d = p.decide(STRUCTURED)
+    p.observe(_spec_outcome(d, accepted=3))  # predicted ≈ 0.77, measured ≈ 0.09
+    text = generate_latest(p.metrics.registry).decode()
+    name = "specroute_acceptance_prediction_error_ratio_bucket"
+    assert f'{name}{{class="structured",le="-0.5"}} 1.0' in text
+    assert f'{name}{{class="structured",le="+Inf"}} 1.0' in text

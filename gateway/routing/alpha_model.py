@@ -1,0 +1,246 @@
+"""Per-request acceptance: an online Bayesian regression on the logit of alpha over hashed features.
+
+Why per request: prompts of one kind differ in acceptance (a "code" prompt that asks for an essay
+about code), and a deployment's draft model may be strong where the classifier's prior expects it to
+be weak (or the reverse). One mean per (kind, class) cannot tell those prompts apart; a regression
+over the request's own words and fields can, and it shares what it learns across kinds.
+
+The model::
+
+    logit(alpha) = logit(prior(p_structured)) + shift + Σ_i x_i · w_i        w_i ~ N(mean_i, var_i)
+
+``prior`` is the classifier's prior (alpha 0.25 for prose to 0.8 for structured output) and ``shift``
+the pool-wide changes detected so far (0 at start), so with no
+data the prediction is exactly the prior the gateway always had; every weight starts at mean 0 with
+variance ``PRIOR_VAR``. A measured request updates the weights of its features by a Kalman step with
+a diagonal covariance (recursive least squares, one multiply-add per feature). Its observation noise
+is the sampling noise of a proportion measured from ``trials`` draft draws (delta method on the
+logit) plus ``PROMPT_VAR`` for what no feature explains, so a short request moves the model less
+than a long one.
+
+The covariance is kept diagonal (one variance per weight), and an update scales the variances of
+the request's features by the factor the exact update applies to that request's own predictive
+variance, ``noise / (var + noise)``: a prompt seen again is predicted as surely as a full
+Kalman filter would, where the textbook diagonal update (each weight's own share) barely shrinks the
+many small n-gram weights and leaves every repeated prompt looking unknown.
+
+Forgetting is a random walk of the weights: each weight's variance grows back towards
+``PRIOR_VAR`` with the configured half-life, lazily when it is next read; its mean stays where the
+measurements put it (decaying means towards the prior biased every estimate towards the prior under
+light traffic). Old evidence thus weighs less against new, and what is no longer measured becomes
+uncertain again and gets explored again.
+
+Pool-wide changes (a new draft model moves every request at once) are caught by a two-sided CUSUM
+on the standardised residuals (residual / predictive standard deviation): the model knows how sure
+it is, so a residual is large only relative to that. A change is declared only when the run that
+revealed it shows it in at least two kinds of prompt and no kind measured in it says the opposite
+(a draft model strong on one kind and weak on another is not a pool-wide change: the weights learn
+that); it moves a common offset, added to every prediction, by the agreeing kinds' mean residual
+at once instead of waiting for measurements of every feature.
+
+Exploration reads the posterior: :meth:`AlphaModel.sample` draws a logit from N(mean, var), for
+Thompson sampling on the predicted speedup.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.routing.estimates import PRIOR_OPEN, PRIOR_STRUCTURED
+from gateway.routing.features import SLOTS, Features
+
+PRIOR_VAR = 0.15  # prior variance of each weight (logit units squared)
+PROMPT_VAR = 0.05  # variance of a request's logit alpha that its features cannot explain
+ALPHA_CLIP = 0.01  # measured alpha is clipped to [CLIP, 1 - CLIP] before taking its logit
+MIN_TRIALS = 4.0  # fewer draft draws than this say too little to learn from
+CUSUM_SLACK = 1.0  # standardised residuals under this are noise
+CUSUM_LIMIT = 6.0  # accumulated standardised excess that declares a pool-wide change
+CALIBRATION_RATE = 0.02  # weight of one request in the running mean of squared residuals
+Z_CLIP = 3.0  # standardised residuals are clipped here before the change detector sees them
+SHIFT_MIN_RUN = 3  # a change needs at least this many requests in the run that revealed it
+SHIFT_KIND_LOGIT = 0.5  # a kind's mean residual over the run beyond this says which way it moved
+ERROR_RATE = 0.05  # weight of one request in the running prediction-error summary
+REFRESH_S = 0.01  # forgetting is applied to a weight once this share of a half-life has passed
+
+
+def logit(p: float) -> float:
+    p = min(1.0 - ALPHA_CLIP, max(ALPHA_CLIP, p))
+    return math.log(p / (1.0 - p))
+
+
+def sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def prior_alpha(p_structured: float) -> float:
+    """The classifier's prior: alpha of prose at p = 0 to alpha of structured output at p = 1."""
+    p = min(1.0, max(0.0, p_structured))
+    return PRIOR_OPEN + (PRIOR_STRUCTURED - PRIOR_OPEN) * p
+
+
+@dataclass(frozen=True, slots=True)
+class AlphaPrediction:
+    alpha: float  # alpha at the posterior mean of the logit
+    mean: float  # posterior mean of logit(alpha)
+    var: float  # posterior variance of logit(alpha) (the weights' uncertainty, not a request's noise)
+    offset: float  # logit of the prior the prediction started from
+    prior_var: float  # the variance it had before any measurement: Σ x² · PRIOR_VAR
+
+    @property
+    def sd(self) -> float:
+        return math.sqrt(self.var)
+
+    @property
+    def sd_share(self) -> float:
+        """How much of the prior's uncertainty is left (1: nothing learned about this request)."""
+        return math.sqrt(self.var / self.prior_var) if self.prior_var > 0 else 1.0
+
+    def sample(self, rng: random.Random) -> float:
+        """One draw of alpha from the posterior (Thompson sampling)."""
+        return sigmoid(rng.gauss(self.mean, math.sqrt(self.var)))
+
+    def upper(self, z: float) -> float:
+        """alpha at ``z`` posterior standard deviations above the mean."""
+        return sigmoid(self.mean + z * math.sqrt(self.var))
+
+
+@dataclass
+class AlphaModel:
+    half_life_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    mean: array[float] = field(default_factory=lambda: array("d", bytes(8 * SLOTS)))
+    var: array[float] = field(default_factory=lambda: array("d", [PRIOR_VAR]) * SLOTS)
+    stamp: array[float] = field(default_factory=lambda: array("d", bytes(8 * SLOTS)))
+    names: dict[int, str] = field(default_factory=dict)  # last feature name seen per slot (≤ SLOTS)
+    updates: int = 0
+    shifts: int = 0
+    error_mean: float = 0.0  # running mean of measured - predicted alpha
+    error_abs: float = 0.0  # running mean of |measured - predicted alpha|
+    _up: float = 0.0
+    _down: float = 0.0
+    _run_n: int = 0
+    _run_r: float = 0.0
+    shift_offset: float = 0.0  # logit moved by the pool-wide changes detected so far
+    _run_kinds: dict[str, list[float]] = field(default_factory=dict)  # kind: [n, Σ residual] in the run
+    _z2: float = 1.0  # running mean of the squared standardised residual (1 when the noise model fits)
+
+    def _refresh(self, s: int, now: float) -> None:
+        """Apply the forgetting since the slot was last touched: its uncertainty grows back."""
+        dt = now - self.stamp[s]
+        if dt > REFRESH_S * self.half_life_s:
+            f = 0.5 ** (dt / self.half_life_s)
+            self.var[s] = PRIOR_VAR - (PRIOR_VAR - self.var[s]) * f
+            self.stamp[s] = now
+
+    def predict(self, x: Features, p_structured: float) -> AlphaPrediction:
+        now = self.clock()
+        offset = logit(prior_alpha(p_structured))
+        m, v, x2 = offset + self.shift_offset, 0.0, 0.0
+        mean, var, stamp = self.mean, self.var, self.stamp
+        horizon = REFRESH_S * self.half_life_s
+        for s, xi in zip(x.slots, x.values, strict=True):
+            if now - stamp[s] > horizon:
+                self._refresh(s, now)
+            m += xi * mean[s]
+            v += xi * xi * var[s]
+            x2 += xi * xi
+        return AlphaPrediction(sigmoid(m), m, v, offset, x2 * PRIOR_VAR)
+
+    def observe(
+        self,
+        x: Features,
+        p_structured: float,
+        alpha: float,
+        trials: float,
+        pred: AlphaPrediction | None = None,
+    ) -> AlphaPrediction | None:
+        """Learn from one measured request; returns what was predicted for it before the update.
+
+        ``pred`` is the prediction the routing decision made: reusing it saves predicting again
+        (the weights have moved only by the requests that finished in between).
+        """
+        if trials < MIN_TRIALS:
+            return None
+        if pred is None:
+            pred = self.predict(x, p_structured)
+        a = min(1.0 - ALPHA_CLIP, max(ALPHA_CLIP, alpha))
+        noise = 1.0 / (trials * a * (1.0 - a)) + PROMPT_VAR  # var of the measured logit
+        s_total = pred.var + noise
+        resid = logit(alpha) - pred.mean
+        gain = resid / s_total
+        mean, var = self.mean, self.var
+        shrink = noise / s_total  # the exact update's factor on this request's predictive variance
+        for s, xi in zip(x.slots, x.values, strict=True):
+            pv = var[s]
+            mean[s] += pv * xi * gain
+            var[s] = pv * shrink
+        for s, n in zip(x.slots, x.names, strict=True):
+            self.names[s] = n
+        self.updates += 1
+        err = alpha - pred.alpha
+        self.error_mean += ERROR_RATE * (err - self.error_mean)
+        self.error_abs += ERROR_RATE * (abs(err) - self.error_abs)
+        self._detect(x.kind, resid / math.sqrt(s_total), resid)
+        return pred
+
+    def _detect(self, kind: str, z: float, resid: float) -> None:
+        # clipped: the logit of a proportion from a few draws has heavy tails (a short request that
+        # accepted nothing sits at logit(ALPHA_CLIP)); a real change shows in many requests anyway
+        z = max(-Z_CLIP, min(Z_CLIP, z))
+        # calibrated: when the noise model is off (prompts vary more than PROMPT_VAR says), the
+        # residuals are larger than their stated spread all the time; that is not a change
+        z /= math.sqrt(max(1.0, self._z2))
+        self._z2 += CALIBRATION_RATE * (z * z * max(1.0, self._z2) - self._z2)
+        self._up = max(0.0, self._up + z - CUSUM_SLACK)
+        self._down = max(0.0, self._down - z - CUSUM_SLACK)
+        if self._up == 0.0 and self._down == 0.0:
+            self._run_kinds.clear()
+            return
+        acc = self._run_kinds.setdefault(kind, [0.0, 0.0])
+        acc[0] += 1
+        acc[1] += resid
+        n = sum(a[0] for a in self._run_kinds.values())
+        if max(self._up, self._down) <= CUSUM_LIMIT or n < SHIFT_MIN_RUN:
+            return
+        sign = 1.0 if self._up > self._down else -1.0
+        means = [(a[0], a[1] / a[0]) for a in self._run_kinds.values()]
+        agree = [m for _, m in means if sign * m > SHIFT_KIND_LOGIT]
+        against = [m for c, m in means if c >= 2 and sign * m < -SHIFT_KIND_LOGIT]
+        self._up = self._down = 0.0
+        self._run_kinds.clear()
+        if len(agree) >= 2 and not against:
+            # every kind moved: shift every prediction by their mean residual at once
+            self.shift_offset += sum(agree) / len(agree)
+            self.shifts += 1
+
+    def snapshot(self, top: int = 12) -> dict[str, Any]:
+        now = self.clock()
+        for s in self.names:
+            self._refresh(s, now)
+        ranked = sorted(self.names.items(), key=lambda kv: abs(self.mean[kv[0]]), reverse=True)[:top]
+        return {
+            "updates": self.updates,
+            "pool_shifts_detected": self.shifts,
+            "shift_offset_logit": round(self.shift_offset, 4),
+            "features_seen": len(self.names),
+            "hash_slots": SLOTS,
+            "half_life_s": self.half_life_s,
+            "recent_error": {"mean": round(self.error_mean, 4), "mean_abs": round(self.error_abs, 4)},
+            "top_weights": [
+                {
+                    "feature": name,
+                    "weight": round(self.mean[s], 4),
+                    "sd": round(math.sqrt(self.var[s]), 4),
+                }
+                for s, name in ranked
+            ],
+        }

@@ -1,0 +1,195 @@
+"""The per-request acceptance model: prior, learning per feature, forgetting, pool-wide shifts, cost."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+
+import pytest
+
+from gateway.routing.alpha_model import AlphaModel, prior_alpha
+from gateway.routing.features import SLOTS, extract
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+CODE = {"prompt": "Write a Python function that parses a date string", "temperature": 0}
+LIST = {"prompt": "List the even numbers from 2 to 120, one per line.", "temperature": 0}
+STORY = {"prompt": "Tell me a story about a lighthouse keeper", "temperature": 0}
+
+
+def _x(body: dict, kind: str = "code", p: float = 0.9):
+    return extract(body, kind, p)
+
+
+def test_with_no_data_the_prediction_is_the_classifiers_prior():
+    model = AlphaModel(60.0, Clock())
+    for p in (0.0, 0.3, 0.9, 1.0):
+        pred = model.predict(_x(STORY, "qa", p), p)
+        assert pred.alpha == pytest.approx(prior_alpha(p), abs=1e-9)
+        assert pred.sd_share == pytest.approx(1.0)
+
+
+def test_measurements_pull_the_prediction_per_request_not_per_kind():
+    """One kind, two kinds of prompt: the model tells them apart by their words."""
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    rng = random.Random(3)
+    for _ in range(60):
+        clock.t += 1
+        body, truth = rng.choice([(CODE, 0.9), (LIST, 0.12)])
+        model.observe(_x(body), 0.9, truth + rng.uniform(-0.03, 0.03), 100)
+    code, lst = model.predict(_x(CODE), 0.9), model.predict(_x(LIST), 0.9)
+    assert code.alpha == pytest.approx(0.9, abs=0.06)
+    assert lst.alpha == pytest.approx(0.12, abs=0.06)
+    assert code.sd_share < 0.5 and lst.sd_share < 0.5  # both well measured now
+    # a prompt sharing only the kind stays between the two, and more uncertain
+    other = model.predict(_x({"prompt": "Implement a trie in Rust", "temperature": 0}), 0.9)
+    assert lst.alpha < other.alpha < code.alpha
+    assert other.sd_share > code.sd_share
+
+
+def test_short_requests_move_the_model_less():
+    one, other = AlphaModel(60.0, Clock()), AlphaModel(60.0, Clock())
+    one.observe(_x(CODE), 0.9, 0.2, 8)
+    other.observe(_x(CODE), 0.9, 0.2, 200)
+    assert one.predict(_x(CODE), 0.9).alpha > other.predict(_x(CODE), 0.9).alpha
+
+
+def test_forgetting_makes_old_evidence_uncertain_not_wrong():
+    """After a long silence the learned value stays, but as uncertain as the prior: the next
+    measurements outweigh it at once, and exploration (which reads the uncertainty) resumes."""
+    clock = Clock()
+    model = AlphaModel(10.0, clock)
+    story = _x(STORY, "qa", 0.1)
+    for _ in range(20):
+        clock.t += 0.1
+        model.observe(story, 0.1, 0.8, 100)
+    learned = model.predict(story, 0.1)
+    assert learned.alpha > 0.7 and learned.sd_share < 0.3
+    clock.t += 200  # twenty half-lives
+    back = model.predict(story, 0.1)
+    assert back.alpha == pytest.approx(learned.alpha, abs=0.01)
+    assert back.sd_share == pytest.approx(1.0, abs=0.01)
+    fresh = AlphaModel(10.0, clock)  # the same history, without the silence
+    for _ in range(20):
+        clock.t += 0.1
+        fresh.observe(story, 0.1, 0.8, 100)
+    model.observe(story, 0.1, 0.3, 100)
+    fresh.observe(story, 0.1, 0.3, 100)
+    assert model.predict(story, 0.1).alpha < fresh.predict(story, 0.1).alpha - 0.2
+
+
+def test_a_pool_wide_drop_moves_requests_not_measured_since():
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    bodies = [
+        (CODE, "code"),
+        (LIST, "numeric"),
+        ({"prompt": "Convert this CSV to JSON: a,b", "temperature": 0}, "data"),
+    ]
+    for i in range(90):
+        clock.t += 0.5
+        body, kind = bodies[i % 3]
+        model.observe(_x(body, kind), 0.9, 0.8, 100)
+    unmeasured = _x({"prompt": "Return a YAML config with host and port", "temperature": 0}, "config")
+    before = model.predict(unmeasured, 0.9).alpha
+    for i in range(6):  # a worse draft model: everything drops
+        clock.t += 0.5
+        body, kind = bodies[i % 2]
+        model.observe(_x(body, kind), 0.9, 0.25, 100)
+    assert model.shifts == 1
+    after = model.predict(unmeasured, 0.9).alpha
+    assert before > 0.75 and after < 0.5
+
+
+def test_a_draft_strong_on_one_kind_and_weak_on_another_is_not_a_pool_wide_shift():
+    """Prompts of one kind far below the prior, of another far above: the weights learn it; no shift
+    moves the prompts not measured yet."""
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    unmeasured = _x(STORY, "creative", 0.9)
+    before = model.predict(unmeasured, 0.9).alpha
+    for i in range(60):
+        clock.t += 0.5
+        body, kind, alpha = [(LIST, "numeric", 0.15), (CODE, "code", 0.95)][i % 2]
+        model.observe(_x(body, kind), 0.9, alpha, 100)
+    assert model.shifts == 0
+    # only what the prompts share (p_structured, length, a few words) moves it, not a shift
+    assert model.predict(unmeasured, 0.9).alpha == pytest.approx(before, abs=0.1)
+    assert model.predict(_x(LIST, "numeric"), 0.9).alpha < 0.3
+    assert model.predict(_x(CODE, "code"), 0.9).alpha > 0.85
+
+
+def test_stationary_spread_is_not_a_pool_wide_shift():
+    clock = Clock()
+    model = AlphaModel(60.0, clock)
+    rng = random.Random(5)
+    for _ in range(3000):
+        clock.t += 0.25
+        body, truth = rng.choice([(CODE, 0.85), (LIST, 0.3), (STORY, 0.5)])
+        model.observe(
+            _x(body), 0.9, min(0.99, max(0.0, truth + rng.gauss(0, 0.08))), rng.choice([10, 40, 200])
+        )
+    assert model.shifts == 0
+    assert abs(model.error_mean) < 0.05
+
+
+def test_memory_is_bounded_by_the_hash_space():
+    model = AlphaModel(60.0, Clock())
+    rng = random.Random(1)
+
+    def feed(n: int) -> None:
+        for _ in range(n):
+            words = " ".join(f"w{rng.randrange(10**9)}" for _ in range(12))
+            model.observe(_x({"prompt": words}), 0.5, rng.random(), 50)
+
+    tracemalloc.start()
+    try:
+        feed(2000)  # fills the hash slots (traced: the names it replaces later are freed as traced)
+        before = tracemalloc.get_traced_memory()[0]
+        feed(2000)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(model.names) <= SLOTS
+    assert grown < 200_000, f"{grown} bytes more after 2,000 requests of new words"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": "not a list"},
+        {"messages": [None, {"role": "user", "content": [{"type": "text", "text": "hi"}, 3]}]},
+        {"prompt": [1, 2, 3], "temperature": "hot", "response_format": "json", "tools": [{}]},
+        {"prompt": "", "temperature": float("nan")},
+        {"prompt": "日本語のテキストを要約してください。" * 4},
+    ],
+)
+def test_features_never_raise_on_odd_bodies(body):
+    x = extract(body, "qa", 0.5)
+    assert len(x.slots) == len(x.values) == len(x.names)
+    assert all(0 <= s < SLOTS for s in x.slots)
+
+
+def test_script_format_and_tools_are_features():
+    names = set(extract({"prompt": "Привет, как дела сегодня?"}, "qa", 0.2).names)
+    assert "non_ascii" in names
+    names = set(
+        extract(
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "response_format": {"type": "json_object"},
+                "tools": [1],
+            },
+            "qa",
+            0.2,
+        ).names
+    )
+    assert {"response_format=json_object", "tools"} <= names

@@ -1,0 +1,88 @@
+"""A speculative endpoint whose acceptance collapses alone leaves the rotation, and comes back."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from prometheus_client import generate_latest
+
+from gateway.routing.outliers import MIN_OBSERVATIONS, OutlierDetector
+from gateway.routing.policy import Outcome, RouteRequest
+from gateway.upstream.pool import Endpoint, Pool
+
+from .test_policy import FixedClassifier, _policy  # noqa: F401  (shared policy builder)
+
+
+def _pool(n: int = 3) -> Pool:
+    return Pool("speculative", ["m"], [Endpoint("speculative", f"s{i}", f"http://s{i}") for i in range(n)], 7)
+
+
+def test_one_endpoint_far_below_its_peers_is_demoted_then_restored():
+    pool = _pool()
+    det = OutlierDetector(pool)
+    rng = random.Random(1)
+    for _ in range(MIN_OBSERVATIONS + 5):
+        for ep in ("s0", "s1", "s2"):
+            det.observe(ep, rng.gauss(0.0, 0.3))
+    assert not any(e.demoted for e in pool.endpoints)
+    changed = None
+    for _ in range(10):  # s2 gets a bad draft model: alpha 0.8 -> 0.2 is about -2.8 in logit
+        changed = det.observe("s2", rng.gauss(-2.8, 0.3)) or changed
+    assert changed is pool.endpoints[2] and pool.endpoints[2].demoted
+    assert det.demotions == 1
+    for _ in range(20):
+        det.observe("s2", rng.gauss(0.0, 0.3))
+    assert not pool.endpoints[2].demoted
+
+
+def test_a_pool_wide_drop_demotes_nobody():
+    pool = _pool()
+    det = OutlierDetector(pool)
+    for _ in range(30):
+        for ep in ("s0", "s1", "s2"):
+            det.observe(ep, -2.5)
+    assert not any(e.demoted for e in pool.endpoints)
+
+
+def test_the_picker_skips_a_demoted_endpoint_but_probes_it():
+    pool = _pool()
+    pool.endpoints[1].demoted = True
+    picks = Counter(pool.pick().name for _ in range(600))  # type: ignore[union-attr]
+    assert picks["s1"] == 600 // pool.probe_every  # every probe, and nothing else
+    assert picks["s0"] > 150 and picks["s2"] > 150
+    only = Pool("speculative", ["m"], [Endpoint("speculative", "x", "http://x", demoted=True)])
+    assert only.pick() is only.endpoints[0]  # no peer: still served
+
+
+def test_policy_demotes_from_measured_requests_exports_it_and_stops_learning_from_it():
+    p = _policy(exploration_rate=0.0)
+    pool = p.pools["speculative"]
+    pool.endpoints = [Endpoint("speculative", f"s{i}", f"http://s{i}") for i in range(3)]
+    p.outliers.pool = pool  # type: ignore[union-attr]
+    req = RouteRequest({"prompt": "repeat this"}, "completions")
+
+    def outcome(endpoint: str, accepted: int) -> Outcome:
+        d = p.decide(req)
+        return Outcome(d, "speculative", endpoint, 200, 0.05, 1.0, 100, 30, accepted, 210, 30)
+
+    for _ in range(8):
+        for ep in ("s0", "s1"):
+            p.observe(outcome(ep, 150))  # alpha ≈ 0.9
+    updates = p.alpha_model.updates
+    for _ in range(8):
+        p.observe(outcome("s2", 5))  # alpha ≈ 0.15 on s2 alone
+    assert pool.endpoints[2].demoted
+    assert p.alpha_model.updates < updates + 8  # what s2 measured after its demotion was not learned
+    before = p.alpha_model.updates
+    for _ in range(4):
+        p.observe(outcome("s2", 5))
+    assert p.alpha_model.updates == before
+    for _ in range(4):  # what s2 taught before its demotion is soon outweighed by its peers
+        for ep in ("s0", "s1"):
+            p.observe(outcome(ep, 150))
+    assert p.decide(req).alpha > 0.7
+    text = generate_latest(p.metrics.registry).decode()
+    assert 'specroute_endpoint_acceptance_outlier{endpoint="s2",pool="speculative"} 1.0' in text
+    snap = {o["endpoint"]: o for o in p.snapshot()["endpoint_outliers"]}
+    assert snap["s2"]["demoted"] and not snap["s0"]["demoted"]
