@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
@@ -24,11 +24,12 @@ from gateway.api.errors import APIError, error_body, error_response, sse_error_e
 from gateway.api.state import Gateway
 from gateway.config import PoolName, Settings
 from gateway.observability import Metrics
+from gateway.observe import Observer
 from gateway.routing.policy import Policy
 from gateway.upstream import discovery, health
 from gateway.upstream.credentials import UpstreamKeys
 from gateway.upstream.forward import Upstreams
-from gateway.upstream.pool import Pool
+from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import Scraper
 
 log = logging.getLogger("specroute")
@@ -56,6 +57,18 @@ def build_policy(
 
     r = settings.routing
     return AdaptivePolicy.build(r.strategy, load_classifier(), r, pools, scraper, metrics)
+
+
+def speculative_k(pools: dict[PoolName, Pool], scraper: Scraper | None) -> Callable[[Endpoint], int | None]:
+    """How many tokens an endpoint of the speculative pool drafts: as configured, else as it reports."""
+    configured = pools["speculative"].num_speculative_tokens
+
+    def k(endpoint: Endpoint) -> int | None:
+        if configured:
+            return configured
+        return scraper.of(endpoint).k if scraper is not None else None
+
+    return k
 
 
 def new_session(keys: UpstreamKeys | None = None) -> aiohttp.ClientSession:
@@ -114,13 +127,21 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
         session = new_session(keys)
         client = new_client(settings, session)
         scraper = Scraper(client, pools, metrics, settings.routing.scrape_interval_s)
+        routing = policy or build_policy(settings, pools, scraper, metrics)
         gw = Gateway(
-            settings,
-            policy or build_policy(settings, pools, scraper, metrics),
-            metrics,
-            Upstreams(settings, client, session, pools, metrics),
-            frozenset(settings.served_models()),
-            scraper,
+            settings=settings,
+            policy=routing,
+            metrics=metrics,
+            upstreams=Upstreams(settings, client, session, pools, metrics),
+            models=frozenset(settings.served_models()),
+            observer=Observer(
+                metrics=metrics,
+                policy=routing,
+                speculative_k=speculative_k(pools, scraper),
+                access_log=settings.logging.access_log,
+                log_prompts=settings.logging.log_prompts,
+            ),
+            scraper=scraper,
         )
         app.state.gateway = gw
         await discovery.refresh(client, pools, settings)

@@ -23,9 +23,8 @@ from gateway.api.errors import APIError, error_response, from_upstream, sse_erro
 from gateway.api.request import check_key, forced_pool, has_key, parse_body, read_body
 from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
-from gateway.observability import access_log, access_record, render
-from gateway.routing.policy import Api, Decision, Outcome, RouteRequest
-from gateway.speculation import Measured, from_server, from_token_steps
+from gateway.observability import render
+from gateway.routing.policy import Api, Decision, RouteRequest
 from gateway.upstream.assemble import assemble, can_assemble, stream_body
 from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
@@ -306,39 +305,6 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-def _usage_of(content: bytes) -> dict[str, Any] | None:
-    try:
-        obj = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return None
-    usage = obj.get("usage") if isinstance(obj, dict) else None
-    return usage if isinstance(usage, dict) else None
-
-
-def _spec_k(gw: Gateway, endpoint: Endpoint) -> int | None:
-    configured = gw.upstreams.pools["speculative"].num_speculative_tokens
-    if configured:
-        return configured
-    return gw.scraper.of(endpoint).k if gw.scraper is not None else None
-
-
-def _measure(gw: Gateway, sent: Sent, meter: StreamMeter) -> Measured | None:
-    """The request's acceptance: the server's own summary when it sent one, else tokens per chunk."""
-    k = _spec_k(gw, sent.endpoint)
-    measured = from_server(meter.spec_metrics, k) if meter.spec_metrics else None
-    return measured or from_token_steps(meter.token_steps, k)
-
-
-def _name(sent: Sent | None) -> str | None:
-    return sent.endpoint.name if sent else None
-
-
-def _prompt(payload: dict[str, Any] | None) -> object | None:
-    if payload is None:
-        return None
-    return payload.get("messages") if "messages" in payload else payload.get("prompt")
-
-
 def _later(
     ex: Exchange, sent: Sent, status: int, meter: StreamMeter | None = None, content: bytes | None = None
 ) -> BackgroundTask:
@@ -362,89 +328,21 @@ def _finish(
     content: bytes | None = None,
     resumption: Resumption | None = None,
 ) -> None:
-    """Observe one finished request: metrics, the policy's feedback, the access log.
-
-    A resumed stream is not fed to the policy: its timing spans two endpoints and the break
-    between them, and its acceptance would mix (or half-measure) two upstreams.
-    """
-    gw, decision = ex.gw, ex.decision
-    resumed_on = resumption.endpoints if resumption is not None and resumption.endpoints else None
-    e2e = perf_counter() - ex.started
-    pool = sent.pool if sent else (decision.pool if decision else "none")
-    cls = decision.prompt_class if decision else "none"
-    gw.metrics.requests.labels(ex.api, pool, cls, str(status)).inc()
-    ttft = tokens = tpot = measured = feedback = None
-    chunks = 0
-    if meter is not None:
-        tokens, chunks = meter.completion_tokens, meter.chunks
-        if meter.first_token_at is not None:
-            ttft = meter.first_token_at - ex.started
-    elif content is not None and status < 300:
-        usage = _usage_of(content)
-        if usage and isinstance(usage.get("completion_tokens"), int):
-            tokens = usage["completion_tokens"]
-    if decision is not None and sent is not None and status < 300:
-        gw.metrics.e2e.labels(pool, cls).observe(e2e)
-        if ttft is not None:
-            gw.metrics.ttft.labels(pool, cls).observe(ttft)
-            if tokens and tokens > 1:
-                tpot = (e2e - ttft) / (tokens - 1)
-                gw.metrics.tpot.labels(pool, cls).observe(tpot)
-        if meter is not None and sent.pool == "speculative" and resumed_on is None:
-            measured = _measure(gw, sent, meter)
-        accepted = steps = drafted = None
-        if measured is not None:
-            accepted, steps, drafted = int(measured.accepted), int(measured.steps), int(measured.draft_tokens)
-            gw.metrics.request_acceptance.labels(cls).observe(measured.rate)
-            gw.metrics.accepted_tokens.labels(cls).inc(accepted)
-            gw.metrics.draft_tokens.labels(cls).inc(drafted)
-        if resumed_on is None:
-            feedback = gw.policy.observe(
-                Outcome(
-                    decision,
-                    sent.pool,
-                    sent.endpoint.name,
-                    status,
-                    ttft,
-                    e2e,
-                    tokens,
-                    chunks,
-                    accepted,
-                    drafted,
-                    steps,
-                )
-            )
-    if gw.settings.logging.access_log:
-        access_log(
-            access_record(
-                ts=time.time(),
-                request_id=ex.request_id,
-                route=ex.api,
-                status=status,
-                pool=pool,
-                decided_pool=decision.pool if decision else None,
-                endpoint=resumption.broken[0].name if resumed_on and resumption else _name(sent),
-                prompt_class=cls,
-                kind=decision.kind if decision else None,
-                reason=decision.reason if decision else None,
-                explore=decision.explore if decision else False,
-                p_structured=decision.p_structured if decision else None,
-                alpha_hat=decision.alpha if decision else None,
-                predicted_speedup=decision.predicted_speedup if decision else None,
-                alpha_sd=decision.alpha_sd if decision else None,
-                measured_speedup=feedback.speedup if feedback else None,
-                acceptance=measured.rate if measured else None,
-                alpha=measured.alpha if measured else None,
-                spec_steps=measured.steps if measured else None,
-                acceptance_source=measured.source if measured else None,
-                ttft_s=ttft,
-                tpot_s=tpot,
-                e2e_s=e2e,
-                completion_tokens=tokens,
-                resumed_on=resumed_on,
-                prompt=_prompt(ex.payload) if gw.settings.logging.log_prompts else None,
-            )
-        )
+    """Hand the finished request to :mod:`gateway.observe`: metrics, the policy's feedback, the access log."""
+    observer = ex.gw.observer
+    record = observer.record(
+        request_id=ex.request_id,
+        api=ex.api,
+        started=ex.started,
+        status=status,
+        decision=ex.decision,
+        payload=ex.payload,
+        sent=sent,
+        meter=meter,
+        content=content,
+        resumption=resumption,
+    )
+    observer.observe(record)
 
 
 async def models(request: Request) -> Response:

@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from gateway.config import Settings
 from gateway.observability import Metrics
+from gateway.observe import Observer
 from gateway.routing.policy import Policy
 from gateway.upstream.forward import Upstreams
 from gateway.upstream.scrape import Scraper
@@ -23,6 +24,7 @@ class Gateway:
     metrics: Metrics
     upstreams: Upstreams
     models: frozenset[str]
+    observer: Observer
     scraper: Scraper | None = None
     draining: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)

@@ -35,7 +35,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import stack
-from gateway.observability import ACCESS_FIELDS, MULTIPROC_ENV
+from gateway.observability import MULTIPROC_ENV
+from gateway.observe import ACCESS_FIELDS
 from tests.observability.tooling import (
     PROMETHEUS_DIR,
     binary,

@@ -1,0 +1,244 @@
+"""Observe: one finished request, recorded once, read by the metrics, the routing policy and the access log.
+
+The last step of a request's path (validate → classify → decide → forward → observe). The API edge
+hands over what happened (the decision, the upstream answer, the stream's meter or the body);
+:meth:`Observer.record` turns it into one :class:`RequestRecord`, and :meth:`Observer.observe` feeds that
+same record to the Prometheus metrics, to the policy's learning and to the access log, so the three never
+disagree about a request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import orjson
+
+from gateway.observability import Metrics, access_log
+from gateway.routing.policy import Decision, Feedback, Outcome, Policy
+from gateway.speculation import Measured, from_server, from_token_steps
+from gateway.types import Api, PoolName
+from gateway.upstream.forward import Sent
+from gateway.upstream.pool import Endpoint
+from gateway.upstream.resume import Resumption
+from gateway.upstream.stream import StreamMeter
+
+
+@dataclass(slots=True, kw_only=True)
+class RequestRecord:
+    """What one request did, from the first byte read to the last byte written."""
+
+    ts: float
+    request_id: str
+    route: Api
+    status: int
+    decision: Decision | None = None
+    served_pool: PoolName | None = None  # the pool whose endpoint answered
+    endpoint: str | None = None  # the endpoint that served the start
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float = 0.0
+    completion_tokens: int | None = None
+    chunks: int = 0
+    measured: Measured | None = None  # acceptance measured on this response (speculative pool only)
+    resumed_on: list[str] | None = None  # where a broken stream went on, in order
+    prompt: object | None = None  # only under ``logging.log_prompts``
+    feedback: Feedback | None = None  # what the policy made of it, once observed
+
+    @property
+    def pool(self) -> str:
+        """The pool that served it, else the one it was sent to, else ``none`` (refused before routing)."""
+        return self.served_pool or (self.decision.pool if self.decision else "none")
+
+    @property
+    def prompt_class(self) -> str:
+        return self.decision.prompt_class if self.decision else "none"
+
+    @property
+    def served(self) -> bool:
+        """Answered by an upstream with a success status: the requests whose timings mean something."""
+        return self.decision is not None and self.endpoint is not None and self.status < 300
+
+    def log_line(self) -> dict[str, object]:
+        """The access-log line: every key of :data:`ACCESS_FIELDS`, ``None`` where unknown; times in ms.
+
+        A fixed key set keeps the lines easy to query in a log store. ``alpha_hat`` is the acceptance the
+        decision expected and ``alpha_sd`` its uncertainty (per-request model); ``acceptance`` and
+        ``alpha`` are what this response showed, and ``measured_speedup`` the speedup model's TPOT ratio
+        at the measured alpha, the counterpart of ``predicted_speedup``. ``resumed`` counts how often a
+        broken stream went on elsewhere (``endpoint`` is the one that served the start).
+        """
+        d, m, f = self.decision, self.measured, self.feedback
+        line: dict[str, object] = {
+            "ts": round(self.ts, 3),
+            "request_id": self.request_id,
+            "route": self.route,
+            "status": self.status,
+            "pool": self.pool,
+            "decided_pool": d.pool if d else None,
+            "endpoint": self.endpoint,
+            "class": self.prompt_class,
+            "kind": d.kind if d else None,
+            "reason": d.reason if d else None,
+            "explore": d.explore if d else False,
+            "p_structured": _round(d.p_structured if d else None),
+            "alpha_hat": _round(d.alpha if d else None),
+            "predicted_speedup": _round(d.predicted_speedup if d else None, 3),
+            "alpha_sd": _round(d.alpha_sd if d else None),
+            "acceptance": _round(m.rate if m else None),
+            "alpha": _round(m.alpha if m else None),
+            "measured_speedup": _round(f.speedup if f else None, 3),
+            "spec_steps": m.steps if m else None,
+            "acceptance_source": m.source if m else None,
+            "ttft_ms": _ms(self.ttft_s),
+            "tpot_ms": _ms(self.tpot_s, 3),
+            "e2e_ms": _ms(self.e2e_s),
+            "completion_tokens": self.completion_tokens,
+            "resumed": len(self.resumed_on) if self.resumed_on else 0,
+            "resumed_on": self.resumed_on or None,
+        }
+        if self.prompt is not None:
+            line["prompt"] = self.prompt
+        return line
+
+
+class Observer:
+    """Turns what the API edge saw into a :class:`RequestRecord` and feeds it to all that learn from it."""
+
+    def __init__(
+        self,
+        *,
+        metrics: Metrics,
+        policy: Policy,
+        speculative_k: Callable[[Endpoint], int | None],
+        access_log: bool = True,
+        log_prompts: bool = False,
+    ):
+        self.metrics = metrics
+        self.policy = policy
+        self.speculative_k = speculative_k
+        self.access_log = access_log
+        self.log_prompts = log_prompts
+
+    def record(
+        self,
+        *,
+        request_id: str,
+        api: Api,
+        started: float,
+        status: int,
+        decision: Decision | None = None,
+        payload: Mapping[str, Any] | None = None,
+        sent: Sent | None = None,
+        meter: StreamMeter | None = None,
+        content: bytes | None = None,
+        resumption: Resumption | None = None,
+    ) -> RequestRecord:
+        """The record of a request that ``started`` (``perf_counter``) and just finished with ``status``."""
+        e2e = perf_counter() - started
+        resumed_on = resumption.endpoints if resumption is not None and resumption.endpoints else None
+        rec = RequestRecord(
+            ts=time.time(),
+            request_id=request_id,
+            route=api,
+            status=status,
+            decision=decision,
+            served_pool=sent.pool if sent else None,
+            e2e_s=e2e,
+            resumed_on=resumed_on,
+            prompt=_prompt(payload) if self.log_prompts else None,
+        )
+        if sent is not None:
+            rec.endpoint = resumption.broken[0].name if resumed_on and resumption else sent.endpoint.name
+        if meter is not None:
+            rec.completion_tokens, rec.chunks = meter.completion_tokens, meter.chunks
+            if meter.first_token_at is not None:
+                rec.ttft_s = meter.first_token_at - started
+        elif content is not None and status < 300:
+            rec.completion_tokens = _completion_tokens(content)
+        if not rec.served:
+            return rec
+        if rec.ttft_s is not None and rec.completion_tokens and rec.completion_tokens > 1:
+            rec.tpot_s = (e2e - rec.ttft_s) / (rec.completion_tokens - 1)
+        # a resumed stream's acceptance would mix two upstreams: not measured
+        if meter is not None and sent is not None and sent.pool == "speculative" and resumed_on is None:
+            rec.measured = self._measure(sent.endpoint, meter)
+        return rec
+
+    def observe(self, rec: RequestRecord) -> None:
+        """Metrics, the policy's feedback, the access log: all from ``rec``."""
+        self._count(rec)
+        if rec.served and rec.resumed_on is None and rec.decision and rec.served_pool and rec.endpoint:
+            # a resumed stream's timing spans two endpoints and the break between them: not taught
+            m = rec.measured
+            rec.feedback = self.policy.observe(
+                Outcome(
+                    rec.decision,
+                    rec.served_pool,
+                    rec.endpoint,
+                    rec.status,
+                    rec.ttft_s,
+                    rec.e2e_s,
+                    rec.completion_tokens,
+                    rec.chunks,
+                    int(m.accepted) if m else None,
+                    int(m.draft_tokens) if m else None,
+                    int(m.steps) if m else None,
+                )
+            )
+        if self.access_log:
+            access_log(rec.log_line())
+
+    def _count(self, rec: RequestRecord) -> None:
+        metrics, pool, cls = self.metrics, rec.pool, rec.prompt_class
+        metrics.requests.labels(rec.route, pool, cls, str(rec.status)).inc()
+        if not rec.served:
+            return
+        metrics.e2e.labels(pool, cls).observe(rec.e2e_s)
+        if rec.ttft_s is not None:
+            metrics.ttft.labels(pool, cls).observe(rec.ttft_s)
+        if rec.tpot_s is not None:
+            metrics.tpot.labels(pool, cls).observe(rec.tpot_s)
+        if rec.measured is not None:
+            metrics.request_acceptance.labels(cls).observe(rec.measured.rate)
+            metrics.accepted_tokens.labels(cls).inc(int(rec.measured.accepted))
+            metrics.draft_tokens.labels(cls).inc(int(rec.measured.draft_tokens))
+
+    def _measure(self, endpoint: Endpoint, meter: StreamMeter) -> Measured | None:
+        """The request's acceptance: the server's own summary when it sent one, else tokens per chunk."""
+        k = self.speculative_k(endpoint)
+        measured = from_server(meter.spec_metrics, k) if meter.spec_metrics else None
+        return measured or from_token_steps(meter.token_steps, k)
+
+
+def _completion_tokens(content: bytes) -> int | None:
+    try:
+        obj = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) else None
+
+
+def _prompt(payload: Mapping[str, Any] | None) -> object | None:
+    if payload is None:
+        return None
+    return payload.get("messages") if "messages" in payload else payload.get("prompt")
+
+
+def _ms(seconds: float | None, digits: int = 2) -> float | None:
+    return round(seconds * 1000, digits) if seconds is not None else None
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+ACCESS_FIELDS: tuple[str, ...] = tuple(
+    RequestRecord(ts=0.0, request_id="", route="chat", status=0).log_line()
+)
+"""Keys of every access-log line, in order; ``prompt`` follows only when ``logging.log_prompts`` is on."""

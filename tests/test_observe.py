@@ -1,0 +1,176 @@
+"""One record per request, read alike by the metrics, the policy's learning and the access log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.config import Strategy
+from gateway.observability import Metrics
+from gateway.observe import ACCESS_FIELDS, Observer, RequestRecord
+from gateway.routing.policy import Decision, Feedback, Outcome
+from gateway.speculation import Measured
+from gateway.upstream.forward import Sent
+from gateway.upstream.pool import Endpoint
+from gateway.upstream.resume import Resumption
+from gateway.upstream.stream import StreamMeter
+
+DECISION = Decision(
+    pool="speculative",
+    prompt_class="structured",
+    reason="predicted-gain",
+    p_structured=0.912345,
+    kind="code",
+    predicted_speedup=1.8765,
+    alpha=0.71234,
+)
+SPEC = Endpoint("speculative", "spec-0", "http://127.0.0.1:1")
+SPEC_1 = Endpoint("speculative", "spec-1", "http://127.0.0.1:2")
+
+
+@dataclass
+class Learner:
+    """A policy that keeps what it is taught."""
+
+    strategy: Strategy = Strategy.ADAPTIVE
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def observe(self, outcome: Outcome) -> Feedback | None:
+        self.outcomes.append(outcome)
+        return Feedback(alpha=0.8, predicted_alpha=outcome.decision.alpha, speedup=2.5)
+
+
+def _sent(endpoint: Endpoint = SPEC) -> Sent:
+    return Sent(endpoint, response=None, first=b"", chunks=None, retries=0, sent_at=0.0)  # type: ignore[arg-type]
+
+
+def _meter(started: float) -> StreamMeter:
+    """A stream of 13 tokens in 5 chunks: the prefill token, then three full steps of k + 1 = 4, then 0."""
+    meter = StreamMeter(started)
+    meter.first_token_at = started + 0.1
+    meter.completion_tokens, meter.chunks, meter.token_steps = 13, 5, [1, 4, 4, 4]
+    return meter
+
+
+def _observer(policy: Learner, metrics: Metrics, **kw: Any) -> Observer:
+    return Observer(metrics=metrics, policy=policy, speculative_k=lambda endpoint: 3, **kw)
+
+
+def _sample(metrics: Metrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_log_line_has_every_field_in_milliseconds() -> None:
+    rec = RequestRecord(
+        ts=1700000000.12345,
+        request_id="abc",
+        route="chat",
+        status=200,
+        decision=DECISION,
+        served_pool="speculative",
+        endpoint="spec-0",
+        ttft_s=0.1234567,
+        tpot_s=0.0123456,
+        e2e_s=1.5,
+        completion_tokens=100,
+        measured=Measured(6, 3, 3, "stream"),
+    )
+    line = rec.log_line()
+    assert tuple(line) == ACCESS_FIELDS
+    assert line["ttft_ms"] == 123.46 and line["tpot_ms"] == 12.346 and line["e2e_ms"] == 1500.0
+    assert line["p_structured"] == 0.9123 and line["alpha_hat"] == 0.7123
+    assert (line["class"], line["kind"], line["pool"], line["decided_pool"]) == (
+        "structured",
+        "code",
+        "speculative",
+        "speculative",
+    )
+    assert line["acceptance"] == pytest.approx(6 / 9, abs=1e-4) and line["spec_steps"] == 3
+    assert line["measured_speedup"] is None and line["resumed"] == 0  # unknown stays, as null
+    assert "prompt" not in line
+    assert (
+        RequestRecord(ts=0, request_id="x", route="chat", status=200, prompt="hi").log_line()["prompt"]
+        == "hi"
+    )
+
+
+def test_one_record_feeds_metrics_learning_and_the_log(capsys: pytest.CaptureFixture[str]) -> None:
+    metrics, policy = Metrics(), Learner()
+    observer = _observer(policy, metrics)
+    started = perf_counter() - 1.0
+    rec = observer.record(
+        request_id="r1",
+        api="chat",
+        started=started,
+        status=200,
+        decision=DECISION,
+        payload={"messages": [{"role": "user", "content": "hi"}]},
+        sent=_sent(),
+        meter=_meter(started),
+    )
+    observer.observe(rec)
+
+    # the measurement: three full steps of 3 drafts, all accepted
+    assert rec.measured is not None and (rec.measured.accepted, rec.measured.steps) == (9, 3)
+    assert rec.tpot_s == pytest.approx((rec.e2e_s - 0.1) / 12)
+    # the policy learnt from exactly what was measured, and its feedback reached the log
+    (outcome,) = policy.outcomes
+    assert (outcome.pool, outcome.endpoint, outcome.accepted_tokens, outcome.steps) == (
+        "speculative",
+        "spec-0",
+        9,
+        3,
+    )
+    assert outcome.completion_tokens == 13 and outcome.ttft_s == rec.ttft_s
+    line = orjson.loads(capsys.readouterr().out)
+    assert line["measured_speedup"] == 2.5 and line["acceptance"] == 1.0 and "prompt" not in line
+    # the metrics counted the same request
+    labels = {"route": "chat", "pool": "speculative", "class": "structured", "status": "200"}
+    assert _sample(metrics, "specroute_requests_total", **labels) == 1
+    assert _sample(metrics, "specroute_accepted_tokens_total", **{"class": "structured"}) == 9
+    assert (
+        _sample(
+            metrics,
+            "specroute_time_per_output_token_seconds_count",
+            pool="speculative",
+            **{"class": "structured"},
+        )
+        == 1
+    )
+
+
+def test_a_resumed_stream_is_counted_and_logged_but_not_taught(capsys: pytest.CaptureFixture[str]) -> None:
+    metrics, policy = Metrics(), Learner()
+    observer = _observer(policy, metrics, log_prompts=True)
+    started = perf_counter()
+    resumption = Resumption(True, "/v1/chat/completions", {}, {}, broken=[SPEC], endpoints=["spec-1"])
+    rec = observer.record(
+        request_id="r2",
+        api="chat",
+        started=started,
+        status=200,
+        decision=DECISION,
+        payload={"messages": [{"role": "user", "content": "hi"}]},
+        sent=_sent(SPEC_1),
+        meter=_meter(started),
+        resumption=resumption,
+    )
+    observer.observe(rec)
+    assert policy.outcomes == [] and rec.measured is None  # two upstreams and an outage: no lesson
+    line = orjson.loads(capsys.readouterr().out)
+    assert (line["endpoint"], line["resumed"], line["resumed_on"]) == ("spec-0", 1, ["spec-1"])
+    assert line["prompt"] == [{"role": "user", "content": "hi"}]
+
+
+def test_a_refused_request_is_counted_not_timed(capsys: pytest.CaptureFixture[str]) -> None:
+    metrics, policy = Metrics(), Learner()
+    observer = _observer(policy, metrics, access_log=False)
+    observer.observe(observer.record(request_id="r3", api="completions", started=perf_counter(), status=400))
+    assert policy.outcomes == [] and capsys.readouterr().out == ""
+    labels = {"route": "completions", "pool": "none", "class": "none", "status": "400"}
+    assert _sample(metrics, "specroute_requests_total", **labels) == 1
+    assert _sample(metrics, "specroute_request_duration_seconds_count", pool="none", **{"class": "none"}) == 0
