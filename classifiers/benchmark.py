@@ -81,7 +81,7 @@ def _bodies(
     return bodies, huge
 
 
-def run(data_dir: Path | None = None, pin: bool = True) -> Bench:
+def run(data_dir: Path | None = None, model: Path | None = None, pin: bool = True) -> Bench:
     from classifiers.model import MODEL_FILE, Classifier
     from classifiers.request import view
 
@@ -92,7 +92,7 @@ def run(data_dir: Path | None = None, pin: bool = True) -> Bench:
     gc.collect()
     before = proc.memory_info().rss / 2**20
     t0 = time.perf_counter()
-    clf = Classifier.load(MODEL_FILE)
+    clf = Classifier.load(model or MODEL_FILE)
     load_s = time.perf_counter() - t0
     gc.collect()
     after = proc.memory_info().rss / 2**20
@@ -134,7 +134,9 @@ def run(data_dir: Path | None = None, pin: bool = True) -> Bench:
 def main() -> None:
     ap = argparse.ArgumentParser(description="latency and memory of the shipped prompt classifier")
     ap.add_argument("--data", type=Path, default=None, help="corpus folder (default ../shared/data)")
-    print(run(ap.parse_args().data).markdown())
+    ap.add_argument("--model", type=Path, default=None, help="artefact (default: the shipped one)")
+    args = ap.parse_args()
+    print(run(args.data, args.model).markdown())
 
 
 if __name__ == "__main__":

@@ -40,11 +40,18 @@ def train_command(
     card: Annotated[
         Path | None, typer.Option(help="model card to write (default classifiers/MODEL_CARD.md)")
     ] = None,
+    model: Annotated[
+        Path | None, typer.Option(help="artefact to write (default classifiers/model/model.json.gz)")
+    ] = None,
+    bench: Annotated[
+        bool, typer.Option("--bench/--no-bench", help="measure latency and memory for the model card")
+    ] = True,
 ) -> None:
     """Retrain the prompt classifier, evaluate it and write the shipped artefact and model card."""
     import subprocess
 
-    from classifiers import data, evaluate as ev, modelcard, train
+    from classifiers import data, modelcard, train
+    from classifiers import evaluate as ev
     from classifiers.model import MODEL_FILE
 
     def log(msg: str) -> None:
@@ -71,16 +78,19 @@ def train_command(
             results["restricted"] = full
             typer.echo(ev.summary(full))
     clf = train.fit(rows)
-    clf.save(MODEL_FILE)
-    log(f"wrote {MODEL_FILE} ({MODEL_FILE.stat().st_size // 1024} KiB, {clf.meta['features']} features)")
-    # a fresh process, so that memory and timings are not those of the training run
-    cmd = [sys.executable, "-m", "classifiers.benchmark"]
-    if data_dir is not None:
-        cmd += ["--data", str(data_dir)]
-    bench = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    typer.echo(bench)
+    path = model or MODEL_FILE
+    clf.save(path)
+    log(f"wrote {path} ({path.stat().st_size // 1024} KiB, {clf.meta['features']} features)")
+    figures = "(not measured: `specroute train --no-bench`)\n"
+    if bench:
+        # a fresh process, so that memory and timings are not those of the training run
+        cmd = [sys.executable, "-m", "classifiers.benchmark", "--model", str(path)]
+        if data_dir is not None:
+            cmd += ["--data", str(data_dir)]
+        figures = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        typer.echo(figures)
     out = card or modelcard.CARD_FILE
-    out.write_text(modelcard.render(clf, everything, results, bench), encoding="utf-8")
+    out.write_text(modelcard.render(clf, everything, results, figures), encoding="utf-8")
     log(f"wrote {out}")
 
 

@@ -182,7 +182,9 @@ def report(res: Result, title: str) -> str:
         def inside(r: Row, name: str = name) -> bool:
             return bucket(text_length(r)) == name
 
-        lines.append(_slice_row(name + " chars", res.binary(where=inside), res.binary("baseline", where=inside)))
+        lines.append(
+            _slice_row(name + " chars", res.binary(where=inside), res.binary("baseline", where=inside))
+        )
     lines += [
         "",
         f"Ambiguous rows (not in the binary metrics): mean p_structured {res.ambiguous_mean():.3f}.",
@@ -196,7 +198,13 @@ def report(res: Result, title: str) -> str:
         m = res.binary(where=lambda r, s=s: r.source == s)  # type: ignore[misc]
         if m.n:
             lines.append(_slice_row(s, m))
-    lines += ["", "Per language:", "", "| language | n | balanced acc | AUC | Brier | ECE |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Per language:",
+        "",
+        "| language | n | balanced acc | AUC | Brier | ECE |",
+        "|---|---|---|---|---|---|",
+    ]
     for lang in sorted({r.language for r in res.rows}):
         m = res.binary(where=lambda r, lang=lang: r.language == lang)  # type: ignore[misc]
         if m.n:

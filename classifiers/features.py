@@ -255,6 +255,7 @@ def _dense(
         "context_len": _log(len(view.context), 9.0),
         "empty": 1.0 if not stripped else 0.0,
     }
+    out.update(_layout(stripped))
     for key, lex in _CUE_KEYS:
         out[key] = 0.0 if cue_grams.isdisjoint(lex) else 1.0
     if view.context:
@@ -262,6 +263,33 @@ def _dense(
         ctx_grams = _ngrams(_tokens(view.context[:CONTEXT_HEAD_NS].lower()))
         for key, lex in _CONTEXT_KEYS:
             out[key] = 0.0 if ctx_grams.isdisjoint(lex) else 1.0
+    return out
+
+
+_QUESTION_ENDS = ("?", "？", "؟", ";", "\u037e", "।")  # Latin, CJK, Arabic, Greek, Devanagari question marks
+
+
+def _layout(text: str) -> dict[str, float]:
+    """Where the instruction sits around pasted material, in any language: a short first or last line set
+    apart from a long body ("copy lines 2-4 from the text below:", a passage and then its question)."""
+    if len(text) <= CHAR_HEAD + CHAR_TAIL or "\n" not in text:
+        return {}
+    first = text.partition("\n")[0]
+    _, _, last = text.rpartition("\n")
+    first, last = first.strip(), last.strip()
+    out = {}
+    if 0 < len(last) <= 300:
+        out["layout_last_line"] = 1.0
+        if last.endswith(_QUESTION_ENDS):
+            out["layout_last_question"] = 1.0
+        elif last.endswith((":", "：")):
+            out["layout_last_colon"] = 1.0
+    if 0 < len(first) <= 300:
+        out["layout_first_line"] = 1.0
+        if first.endswith(_QUESTION_ENDS):
+            out["layout_first_question"] = 1.0
+        elif first.endswith((":", "：")):
+            out["layout_first_colon"] = 1.0
     return out
 
 

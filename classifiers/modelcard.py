@@ -72,12 +72,14 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         f"{opts['min_df']} rows of the training data (no single dataset's template can carry a decision); "
         f"the {clf.meta['features']} largest weights ship.",
         "- Row weights: 1/√(rows of the same source and class), so that no large source dominates; "
-        f"red-team rows × {opts['redteam_weight']}; then every (length bucket, class) cell weighs the same "
-        "(< 300 / 300–1,500 / > 1,500 characters), so that length cannot separate the classes.",
-        "- `ambiguous` rows (math word problems, translation, label-only classification, multiple choice) are "
-        "left out of the objective; their mean held-out `p_structured` is reported below.",
-        "- Calibration: Platt scaling on out-of-fold scores whose four folds are split by source, folded into "
-        "the weights. The scores are class-balanced, so probabilities are calibrated for equal priors.",
+        f"red-team rows times {opts['redteam_weight']}; within each language but English the larger class is "
+        "cut down to the weight of the smaller one (a language whose rows hold one class teaches nothing, so "
+        "its script cannot stand in for the label); then every (length bucket, class) cell weighs the same "
+        "(< 300 / 300-1,500 / > 1,500 characters), so that length cannot separate the classes.",
+        "- `ambiguous` rows (math word problems, translation, label-only classification, multiple "
+        "choice) are left out of the objective; their mean held-out `p_structured` is reported below.",
+        "- Calibration: Platt scaling on out-of-fold scores whose four folds are split by source, folded "
+        "into the weights. The scores are class-balanced, so probabilities are calibrated for equal priors.",
         "- Inference is plain Python (regexes, `str` methods, slicing with prebuilt slice objects, set and "
         "dict lookups; no scikit-learn or numpy). Artefact: gzipped JSON of feature → weight "
         "(`classifiers/model/model.json.gz`), no pickle; retraining on the same corpus gives the same bytes.",
@@ -137,8 +139,8 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         "",
         "- Labels are a proxy (the source's category) for draft acceptance, with a few percent noise.",
         "- Most sources hold one class, so a held-out source often tests one side of the boundary only.",
-        "- Non-English open-ended rows are mostly red-team prompts; ordinary open-ended requests in languages "
-        "other than English are scarce in the commercial rows (see the per-language table).",
+        "- Non-English open-ended rows are mostly red-team prompts; ordinary open-ended requests in "
+        "languages other than English are scarce in the commercial rows (see the per-language table).",
         "- Request-field shifts are set by hand, not learned; temperature is the only sampling field used.",
         "- Only the first string of a batched completions prompt is read.",
         "",

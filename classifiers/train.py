@@ -36,7 +36,7 @@ LENGTH_EDGES = (300, 1500)  # the evaluation's length buckets, in characters of 
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    alpha: float = 2e-5  # L2 strength of the SGD logistic regression
+    alpha: float = 5e-5  # L2 strength of the SGD logistic regression
     epochs: int = 12
     min_sources: int = 2
     min_df: int = 3
@@ -119,7 +119,8 @@ def design(rows: Sequence[Row], opts: Options | None = None) -> Design:
 
 
 def weights(rows: Sequence[Row], opts: Options) -> np.ndarray:
-    """Per-row training weights (0 for ambiguous rows): source-damped, red-team-discounted, length-balanced."""
+    """Per-row training weights (0 for ambiguous rows): source-damped, red-team-discounted, language- and
+    length-balanced."""
     import numpy as np
 
     group: dict[tuple[str, int], int] = {}

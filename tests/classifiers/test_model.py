@@ -1,12 +1,9 @@
-import json
 from pathlib import Path
 
 import pytest
 
 from classifiers import Classifier, Prediction, load_default
 from classifiers.kinds import KINDS
-
-DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
@@ -113,20 +110,43 @@ def test_save_load_roundtrip(clf: Classifier, tmp_path: Path) -> None:
     assert again.predict(body) == clf.predict(body)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "showcase-structured",
-        "showcase-open-ended",
-        "showcase_holdout_structured",
-        "showcase_holdout_open-ended",
-    ],
-)
-def test_showcase(clf: Classifier, name: str) -> None:
-    rows = [json.loads(line) for line in (DATA / f"{name}.jsonl").read_text().splitlines() if line]
-    assert len(rows) >= 55 and all(r["label"] == rows[0]["label"] for r in rows)
-    hits = sum(clf.predict(r["body"]).label == r["label"] for r in rows)
-    assert hits / len(rows) >= 0.98, f"{name}: {hits}/{len(rows)}"
+PASSAGE = (
+    "The harbour town grew around its fish market in the eighteenth century. Boats left before dawn and "
+    "returned by noon, and the catch was sold on the quay to traders from the inland villages. "
+) * 12
+
+STRUCTURED = [
+    "Copy lines 2-4 from the text below.\n" + "\n".join(f"Line {i}: {PASSAGE[:80]}" for i in range(1, 8)),
+    PASSAGE + "\n\nQuestion: When did the boats return to the harbour?",
+    "Create a responsive login page in Flutter with a dark theme.",
+    "Write a SQL query that returns the five customers with the highest total order value.",
+    "Summarize the following text in three bullet points.\n\n" + PASSAGE,
+    "Extract all the dates mentioned in this paragraph: The treaty was signed on 4 May 1921 and ratified "
+    "on 12 January 1922.",
+]
+OPEN_ENDED = [
+    "Escribe un cuento corto sobre un dragón que tiene miedo a volar.",
+    "Napiš krátkou povídku o kocourovi, který se ztratil ve velkém městě.",
+    "Write a poem about the first snow of winter.",
+    "What do you think is the meaning of a good life?",
+    "hey, how was your day? anything fun happen?",
+]
+
+
+@pytest.mark.parametrize("prompt", STRUCTURED)
+def test_structured_prompts(clf: Classifier, prompt: str) -> None:
+    assert clf.predict({"prompt": prompt}).label == "structured", clf.explain({"prompt": prompt})
+
+
+@pytest.mark.parametrize("prompt", OPEN_ENDED)
+def test_open_ended_prompts(clf: Classifier, prompt: str) -> None:
+    assert clf.predict({"prompt": prompt}).label == "open-ended", clf.explain({"prompt": prompt})
+
+
+def test_the_instruction_outweighs_the_pasted_text(clf: Classifier) -> None:
+    copy = clf.predict({"prompt": "Copy lines 2-4 from the text below.\n\n" + PASSAGE})
+    story = clf.predict({"prompt": "Write a story inspired by the text below.\n\n" + PASSAGE})
+    assert copy.p_structured > story.p_structured
 
 
 def test_system_prompt_decides_between_retrieval_and_persona(clf: Classifier) -> None:
