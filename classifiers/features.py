@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from classifiers.request import RequestView
 
-HEAD, TAIL = 500, 1000  # scanned window of the main text
+HEAD, TAIL = 250, 500  # scanned window of the main text (structural cues)
 TAIL_NS = 320  # the "instruction" windows: last and first characters of the main text
 HEAD_NS = 240
 CONTEXT_WINDOW = 600  # head and tail of the chat context
@@ -138,9 +138,9 @@ _CONTEXT_KEYS = [(f"ctx_{name}", CUES[name]) for name in CONTEXT_CUES]
 # instruction of a long prompt sits in its head or tail, so those are read apart from the body (the pasted
 # passage, code or table), and each window is its own namespace: "copy lines 3-5" in the tail weighs as an
 # instruction whatever the pasted text is about.
-CHAR_HEAD = 160
-CHAR_TAIL = 320
-CHAR_BODY = 400  # read at each end of the body (the text between head and tail)
+CHAR_HEAD = 120
+CHAR_TAIL = 240
+CHAR_BODY = 160  # read at each end of the body (the text between head and tail)
 CHAR_CONTEXT = 300
 _HT_ORDERS = (2, 3, 4)
 _BODY_ORDERS = (3,)

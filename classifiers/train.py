@@ -222,7 +222,10 @@ def fit_design(d: Design, train_idx: np.ndarray, opts: Options | None = None) ->
             te = folds == k
             if te.any() and (~te).any() and len(np.unique(y[~te])) == 2:
                 oof[te] = _sgd(X[~te], y[~te], w[~te], opts).decision_function(X[te])
-        platt = LogisticRegression(C=1e4, solver="lbfgs").fit(oof.reshape(-1, 1), y, sample_weight=w)
+        # calibrated on the rows as they come, each class weighing the same: the training weights stress
+        # the hard cells (languages, long open-ended prompts) and would flatten the slope
+        balanced = np.where(y == 1, 0.5 / max(y.sum(), 1), 0.5 / max(len(y) - y.sum(), 1))
+        platt = LogisticRegression(C=1e4, solver="lbfgs").fit(oof.reshape(-1, 1), y, sample_weight=balanced)
         a, b = float(platt.coef_[0, 0]), float(platt.intercept_[0])
     coef = model.coef_[0] * a
     bias = float(model.intercept_[0]) * a + b

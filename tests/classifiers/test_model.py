@@ -1,3 +1,5 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,13 @@ def test_system_prompt_decides_between_retrieval_and_persona(clf: Classifier) ->
     }
     assert clf.predict(rag).label == "structured"
     assert clf.predict(persona).label == "open-ended"
+
+
+def test_serving_imports_no_numerical_libraries() -> None:
+    code = (
+        "import sys, classifiers\n"
+        "classifiers.load_default().predict({'prompt': 'Write a haiku about rain.'})\n"
+        "heavy = sorted(m for m in ('numpy', 'scipy', 'sklearn') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
