@@ -142,7 +142,7 @@ CHAR_HEAD = 120
 CHAR_TAIL = 240
 CHAR_BODY = 160  # read at each end of the body (the text between head and tail)
 CHAR_CONTEXT = 300
-_HT_ORDERS = (2, 3, 4)
+_HT_ORDERS = (3,)
 _BODY_ORDERS = (3,)
 # slicing with prebuilt slice objects keeps the per-n-gram work in C (``map(str.__getitem__, ...)``)
 _SLICES = {n: [slice(i, i + n) for i in range(2 * CHAR_BODY + 8)] for n in (2, 3, 4)}
