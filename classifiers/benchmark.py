@@ -1,16 +1,19 @@
-"""Latency and memory of the shipped classifier on one core: ``python -m classifiers.benchmark``.
+"""Latency and memory of the shipped classifier on one core: ``python -m classifiers.benchmark [--data DIR]``.
 
-Prompts are real training prompts plus long ones built from them (up to 4,000 characters, the budget's
-reference size) and a few huge ones (reported apart). Each prediction is timed alone.
+Prompts are real corpus prompts (``../shared/data`` by default) plus long ones built from them (up to 4,000
+characters, the budget's reference size) and a few huge ones (reported apart). Each prediction is timed
+alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -46,15 +49,22 @@ class Bench:
         return "\n".join(lines) + "\n"
 
 
+def _bucket(n: int) -> str:
+    # the evaluation's length buckets (classifiers.evaluate imports scikit-learn; this must not)
+    return "< 300" if n < 300 else "300-1500" if n < 1500 else "> 1500"
+
+
 def _pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
-def _bodies(seed: int = 1, n: int = 3000) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from classifiers.data import OWN_FILE, PUBLIC_FILE, load
+def _bodies(
+    data_dir: Path | None = None, seed: int = 1, n: int = 3000
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from classifiers.data import corpus_file, load
 
-    rows = load(PUBLIC_FILE) + load(OWN_FILE)
+    rows = [r for r in load(corpus_file(data_dir)) if len(r.body.get("prompt", "")) <= 4000]
     r = random.Random(seed)
     bodies = [row.body for row in r.sample(rows, min(n, len(rows)))]
     texts = [row.body["prompt"] for row in rows if isinstance(row.body.get("prompt"), str)]
@@ -71,19 +81,18 @@ def _bodies(seed: int = 1, n: int = 3000) -> tuple[list[dict[str, Any]], list[di
     return bodies, huge
 
 
-def run(pin: bool = True) -> Bench:
-    from classifiers.evaluate import bucket
+def run(data_dir: Path | None = None, model: Path | None = None, pin: bool = True) -> Bench:
     from classifiers.model import MODEL_FILE, Classifier
     from classifiers.request import view
 
     if pin and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    bodies, huge = _bodies()
+    bodies, huge = _bodies(data_dir)
     proc = psutil.Process()
     gc.collect()
     before = proc.memory_info().rss / 2**20
     t0 = time.perf_counter()
-    clf = Classifier.load(MODEL_FILE)
+    clf = Classifier.load(model or MODEL_FILE)
     load_s = time.perf_counter() - t0
     gc.collect()
     after = proc.memory_info().rss / 2**20
@@ -107,7 +116,7 @@ def run(pin: bool = True) -> Bench:
     per: dict[str, list[float]] = {}
     for b, us in zip(bodies, lat, strict=True):
         v = view(b)
-        per.setdefault(bucket(len(v.text) + len(v.context)), []).append(us)
+        per.setdefault(_bucket(len(v.text) + len(v.context)), []).append(us)
     return Bench(
         load_s=load_s,
         rss_before_mb=before,
@@ -123,7 +132,11 @@ def run(pin: bool = True) -> Bench:
 
 
 def main() -> None:
-    print(run().markdown())
+    ap = argparse.ArgumentParser(description="latency and memory of the shipped prompt classifier")
+    ap.add_argument("--data", type=Path, default=None, help="corpus folder (default ../shared/data)")
+    ap.add_argument("--model", type=Path, default=None, help="artefact (default: the shipped one)")
+    args = ap.parse_args()
+    print(run(args.data, args.model).markdown())
 
 
 if __name__ == "__main__":

@@ -16,58 +16,81 @@ import typer
 
 
 def train_command(
-    restricted: Annotated[
-        bool | None,
+    data_dir: Annotated[
+        Path | None,
         typer.Option(
-            "--restricted/--no-restricted",
-            help="also measure a model trained with the non-commercial rows "
-            "(default: if the shared corpus exists)",
+            "--data",
+            help="folder holding the training corpus prompts-train.jsonl "
+            "(default: ../shared/data next to the repository)",
         ),
     ] = None,
-    loso: Annotated[
-        bool, typer.Option("--loso/--no-loso", help="run leave-one-source-out evaluation")
+    evaluate: Annotated[
+        bool,
+        typer.Option(
+            "--evaluate/--no-evaluate", "--loso/--no-loso", help="run leave-one-source-out evaluation"
+        ),
     ] = True,
+    restricted: Annotated[
+        bool,
+        typer.Option(
+            "--restricted/--no-restricted",
+            help="also measure a model trained with the non-commercial rows (never shipped)",
+        ),
+    ] = False,
     card: Annotated[
         Path | None, typer.Option(help="model card to write (default classifiers/MODEL_CARD.md)")
     ] = None,
+    model: Annotated[
+        Path | None, typer.Option(help="artefact to write (default classifiers/model/model.json.gz)")
+    ] = None,
+    bench: Annotated[
+        bool, typer.Option("--bench/--no-bench", help="measure latency and memory for the model card")
+    ] = True,
 ) -> None:
     """Retrain the prompt classifier, evaluate it and write the shipped artefact and model card."""
     import subprocess
 
-    from classifiers import data, evaluate, modelcard, train
+    from classifiers import data, modelcard, train
+    from classifiers import evaluate as ev
     from classifiers.model import MODEL_FILE
 
     def log(msg: str) -> None:
         typer.echo(msg, err=True)
 
-    rows = data.load_training()
-    log(f"training rows: {len(rows)} ({sum(r.source == data.OWN_SOURCE for r in rows)} SpecRoute prompts)")
+    try:
+        corpus = data.corpus_file(data_dir)
+    except data.CorpusNotFound as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    everything = data.load(corpus)
+    rows = [r for r in everything if r.commercial]
+    log(f"training rows: {len(rows)} commercial of {len(everything)} in {corpus}")
     results: dict[str, Any] = {}
-    if loso:
+    if evaluate:
         log("leave-one-source-out, shipped configuration:")
-        res = evaluate.leave_one_source_out(rows, log=log)
+        res = ev.leave_one_source_out(rows, log=log)
         results["loso"] = res
-        typer.echo(evaluate.report(res, "Leave-one-source-out (shipped training set)"))
-    if restricted is None:
-        restricted = data.SHARED_FILE.exists()
-    if restricted and loso:
-        log("leave-one-source-out, with the restricted rows:")
-        full = evaluate.leave_one_source_out(data.load_training(with_restricted=True), log=log)
-        results["restricted"] = full
-        typer.echo(evaluate.report(full, "Leave-one-source-out with restricted rows (not shipped)"))
+        typer.echo(ev.report(res, "Leave-one-source-out (commercial rows, as shipped)"))
+        typer.echo(ev.summary(res))
+        if restricted:
+            log("leave-one-source-out, with the non-commercial rows:")
+            full = ev.leave_one_source_out(everything, log=log)
+            results["restricted"] = full
+            typer.echo(ev.summary(full))
     clf = train.fit(rows)
-    clf.save(MODEL_FILE)
-    log(f"wrote {MODEL_FILE} ({MODEL_FILE.stat().st_size // 1024} KiB, {clf.meta['features']} features)")
-    showcase = modelcard.showcase_rates(clf)
-    if showcase:
-        typer.echo("Showcase sets: " + ", ".join(f"{k} {v:.3f}" for k, v in showcase.items()))
-    # a fresh process, so that memory and timings are not those of the training run
-    bench = subprocess.run(
-        [sys.executable, "-m", "classifiers.benchmark"], capture_output=True, text=True, check=True
-    ).stdout
-    typer.echo(bench)
+    path = model or MODEL_FILE
+    clf.save(path)
+    log(f"wrote {path} ({path.stat().st_size // 1024} KiB, {clf.meta['features']} features)")
+    figures = "(not measured: `specroute train --no-bench`)\n"
+    if bench:
+        # a fresh process, so that memory and timings are not those of the training run
+        cmd = [sys.executable, "-m", "classifiers.benchmark", "--model", str(path)]
+        if data_dir is not None:
+            cmd += ["--data", str(data_dir)]
+        figures = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        typer.echo(figures)
     out = card or modelcard.CARD_FILE
-    out.write_text(modelcard.render(clf, results, showcase, bench), encoding="utf-8")
+    out.write_text(modelcard.render(clf, everything, results, figures), encoding="utf-8")
     log(f"wrote {out}")
 
 

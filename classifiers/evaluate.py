@@ -1,24 +1,24 @@
-"""Evaluation: pooled leave-one-source-out predictions, scored overall, per length bucket and per source,
-against a length-only baseline (the classes differ in length on average, so length must not be the signal).
+"""Leave-one-source-out evaluation: every row is predicted by a model that never saw its source.
+
+The pooled held-out predictions are scored overall, per source, per language and per length bucket, with a
+reliability table and the expected calibration error, against a length-only baseline (the classes differ
+in length in the corpus, so length must not be the signal). Run it with ``python -m classifiers.evaluate``
+(or ``specroute train --evaluate``); it needs scikit-learn (the ``train`` extra).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
-from classifiers.data import OWN_SOURCE, Row
-from classifiers.model import Classifier
-from classifiers.request import view
-from classifiers.train import SEED, Options, fit
+from classifiers.data import Row, load_training
+from classifiers.train import SEED, Options, design, fit_design, text_length
 
 BUCKETS = (("< 300", 0, 300), ("300-1500", 300, 1500), ("> 1500", 1500, math.inf))
-
-
-def length(row: Row) -> int:
-    v = view(row.body)
-    return len(v.text) + len(v.context)
 
 
 def bucket(n: int) -> str:
@@ -33,6 +33,7 @@ class Metrics:
     auc: float
     brier: float
     accuracy: float
+    ece: float
 
 
 def metrics(y: Sequence[int], p: Sequence[float]) -> Metrics:
@@ -48,17 +49,18 @@ def metrics(y: Sequence[int], p: Sequence[float]) -> Metrics:
         n=len(y),
         balanced_accuracy=ba,
         f1=f1,
-        auc=_auc(pos, neg),
+        auc=auc(pos, neg),
         brier=sum((pi - yi) ** 2 for yi, pi in zip(y, p, strict=True)) / max(len(y), 1),
         accuracy=(tp + tn) / max(len(y), 1),
+        ece=ece(y, p),
     )
 
 
-def _auc(pos: Sequence[float], neg: Sequence[float]) -> float:
+def auc(pos: Sequence[float], neg: Sequence[float]) -> float:
+    """Area under the ROC curve (ties count half), by ranks."""
     if not pos or not neg:
         return float("nan")
     ranked = sorted([(p, 1) for p in pos] + [(p, 0) for p in neg])
-    # average ranks for ties
     rank_sum, i = 0.0, 0
     while i < len(ranked):
         j = i
@@ -88,30 +90,19 @@ def reliability(y: Sequence[int], p: Sequence[float], bins: int = 10) -> list[tu
     return out
 
 
-@dataclass(slots=True)
-class PinnedResult:
-    """A pinned source held out on its own: predictions of a model trained on all the other sources."""
-
-    rows: list[Row]
-    p: list[float]
-
-    def binary(self, where: Callable[[Row], bool] = lambda r: True) -> Metrics:
-        pairs = [
-            (r.y, pi) for r, pi in zip(self.rows, self.p, strict=True) if r.label != "ambiguous" and where(r)
-        ]
-        return metrics([a for a, _ in pairs], [b for _, b in pairs])
+def ece(y: Sequence[int], p: Sequence[float], bins: int = 10) -> float:
+    """Expected calibration error: count-weighted |mean predicted - observed| over ten equal-width bins."""
+    n = max(len(y), 1)
+    return sum(k * abs(mp - obs) for _, k, mp, obs in reliability(y, p, bins)) / n
 
 
 @dataclass(slots=True)
 class Result:
-    """Predictions for every row, each made by a model that never saw the row's source."""
+    """Held-out predictions for every row, each made by a model that never saw the row's source."""
 
     rows: list[Row]
     p: list[float]
     baseline: list[float]
-    per_source: dict[str, Metrics] = field(default_factory=dict)
-    # sources kept in every training fold, each also scored once when held out on its own
-    pinned: dict[str, PinnedResult] = field(default_factory=dict)
 
     def binary(self, which: str = "model", where: Callable[[Row], bool] = lambda r: True) -> Metrics:
         probs = self.p if which == "model" else self.baseline
@@ -131,7 +122,7 @@ def _length_baseline(train: Sequence[Row], test: Sequence[Row]) -> list[float]:
     from sklearn.linear_model import LogisticRegression
 
     def x(rows: Sequence[Row]) -> np.ndarray:
-        ln = np.log1p(np.asarray([length(r) for r in rows], dtype=float))
+        ln = np.log1p(np.asarray([text_length(r) for r in rows], dtype=float))
         return np.column_stack([ln, ln**2])
 
     binary = [r for r in train if r.label != "ambiguous"]
@@ -141,100 +132,116 @@ def _length_baseline(train: Sequence[Row], test: Sequence[Row]) -> list[float]:
 
 
 def leave_one_source_out(
-    rows: Sequence[Row],
-    opts: Options | None = None,
-    log: Callable[[str], None] = print,
-    pinned: tuple[str, ...] = (OWN_SOURCE,),
+    rows: Sequence[Row], opts: Options | None = None, log: Callable[[str], None] = print
 ) -> Result:
-    """Pooled LOSO over the public sources; ``pinned`` sources (SpecRoute's own prompts, which are
-    augmentation rather than a public dataset) stay in every training fold and are scored separately,
-    each held out on its own."""
-    sources = sorted({r.source for r in rows if r.label != "ambiguous" and r.source not in pinned})
+    """One fold per source: fit on every other source (features extracted once), predict the held-out one."""
+    import numpy as np
+
+    opts = opts or Options()
+    d = design(rows, opts)
     ordered: list[Row] = []
     p: list[float] = []
     base: list[float] = []
-    per_source: dict[str, Metrics] = {}
-    for s in sources:
-        train = [r for r in rows if r.source != s]
-        test = [r for r in rows if r.source == s]
-        clf = fit(train, opts)
+    for k, s in enumerate(d.sources):
+        test_idx = np.flatnonzero(d.source_of == k)
+        train_idx = np.flatnonzero(d.source_of != k)
+        t0 = time.perf_counter()
+        clf = fit_design(d, train_idx, opts)
+        test = [d.rows[i] for i in test_idx]
         ps = [clf.predict(r.body).p_structured for r in test]
         ordered.extend(test)
         p.extend(ps)
-        base.extend(_length_baseline(train, test))
+        base.extend(_length_baseline([d.rows[i] for i in train_idx], test))
         binary = [(r.y, pi) for r, pi in zip(test, ps, strict=True) if r.label != "ambiguous"]
-        per_source[s] = metrics([a for a, _ in binary], [b for _, b in binary])
-        log(f"  held out {s:<40} n={len(binary):>5}  balanced acc {per_source[s].balanced_accuracy:.3f}")
-    # rows of sources with no binary rows (ambiguous only) are predicted by the model trained on all others
-    public = set(sources) | set(pinned)
-    rest = [r for r in rows if r.source not in public]
-    if rest:
-        clf = fit([r for r in rows if r.source in public], opts)
-        ordered.extend(rest)
-        p.extend(clf.predict(r.body).p_structured for r in rest)
-        base.extend(_length_baseline(rows, rest))
-    res = Result(ordered, p, base, per_source)
-    for s in pinned:
-        test = [r for r in rows if r.source == s]
-        if test:
-            clf = fit([r for r in rows if r.source != s], opts)
-            res.pinned[s] = PinnedResult(test, [clf.predict(r.body).p_structured for r in test])
-            log(f"  held out {s:<40} (pinned)  balanced acc {res.pinned[s].binary().balanced_accuracy:.3f}")
-    return res
+        m = metrics([a for a, _ in binary], [b for _, b in binary])
+        log(
+            f"  held out {s:<55} n={m.n:>5}  balanced acc {m.balanced_accuracy:.3f}"
+            f"  ({time.perf_counter() - t0:.1f} s)"
+        )
+    return Result(ordered, p, base)
 
 
-def in_sample(clf: Classifier, rows: Sequence[Row]) -> Metrics:
-    binary = [r for r in rows if r.label != "ambiguous"]
-    return metrics([r.y for r in binary], [clf.predict(r.body).p_structured for r in binary])
+def _slice_row(name: str, m: Metrics, b: Metrics | None = None) -> str:
+    base = f" {b.balanced_accuracy:.3f} |" if b is not None else ""
+    return (
+        f"| {name} | {m.n} | {m.balanced_accuracy:.3f} | {m.auc:.3f} | {m.brier:.3f} | {m.ece:.3f} |" + base
+    )
 
 
 def report(res: Result, title: str) -> str:
-    """Markdown tables: overall, per length bucket (model vs length baseline), per source, reliability."""
+    """Markdown tables: overall and per length bucket (vs the length baseline), per source, per language,
+    reliability."""
     lines = [f"### {title}", ""]
-    m = res.binary()
-    b = res.binary("baseline")
     lines += [
-        "| slice | n | balanced acc | F1 | AUC | Brier | length-only balanced acc |",
+        "| slice | n | balanced acc | AUC | Brier | ECE | length-only balanced acc |",
         "|---|---|---|---|---|---|---|",
-        _row("overall", m, b),
+        _slice_row("overall", res.binary(), res.binary("baseline")),
     ]
     for name, _, _ in BUCKETS:
 
         def inside(r: Row, name: str = name) -> bool:
-            return bucket(length(r)) == name
+            return bucket(text_length(r)) == name
 
-        lines.append(_row(name + " chars", res.binary(where=inside), res.binary("baseline", where=inside)))
+        lines.append(
+            _slice_row(name + " chars", res.binary(where=inside), res.binary("baseline", where=inside))
+        )
     lines += [
         "",
         f"Ambiguous rows (not in the binary metrics): mean p_structured {res.ambiguous_mean():.3f}.",
         "",
+        "Per held-out source (accuracy where the source holds one class; AUC where it holds both):",
+        "",
+        "| held-out source | n | balanced acc | AUC | Brier | ECE |",
+        "|---|---|---|---|---|---|",
     ]
-    lines += ["| held-out source | n | balanced acc (accuracy where one class) |", "|---|---|---|"]
-    for s, ms in sorted(res.per_source.items()):
-        lines.append(f"| {s} | {ms.n} | {ms.balanced_accuracy:.3f} |")
+    for s in sorted({r.source for r in res.rows}):
+        m = res.binary(where=lambda r, s=s: r.source == s)  # type: ignore[misc]
+        if m.n:
+            lines.append(_slice_row(s, m))
+    lines += [
+        "",
+        "Per language:",
+        "",
+        "| language | n | balanced acc | AUC | Brier | ECE |",
+        "|---|---|---|---|---|---|",
+    ]
+    for lang in sorted({r.language for r in res.rows}):
+        m = res.binary(where=lambda r, lang=lang: r.language == lang)  # type: ignore[misc]
+        if m.n:
+            lines.append(_slice_row(lang, m))
     y = [r.y for r in res.rows if r.label != "ambiguous"]
     p = [pi for r, pi in zip(res.rows, res.p, strict=True) if r.label != "ambiguous"]
-    lines += ["", "| p bin | n | mean p | observed structured |", "|---|---|---|---|"]
+    lines += ["", "Reliability of the pooled held-out predictions:", ""]
+    lines += ["| p bin | n | mean p | observed structured |", "|---|---|---|---|"]
     lines += [f"| {b} | {n} | {mp:.3f} | {obs:.3f} |" for b, n, mp, obs in reliability(y, p)]
-    for s, pr in sorted(res.pinned.items()):
-        lines += ["", f"Held out on its own (trained on the public sources only), `{s}`:", ""]
-        lines += [
-            "| slice | n | balanced acc |",
-            "|---|---|---|",
-            f"| overall | {pr.binary().n} | {pr.binary().balanced_accuracy:.3f} |",
-        ]
-        for name, _, _ in BUCKETS:
-
-            def inside_p(r: Row, name: str = name) -> bool:
-                return bucket(length(r)) == name
-
-            mb = pr.binary(inside_p)
-            lines.append(f"| {name} chars | {mb.n} | {mb.balanced_accuracy:.3f} |")
     return "\n".join(lines) + "\n"
 
 
-def _row(name: str, m: Metrics, b: Metrics) -> str:
-    return (
-        f"| {name} | {m.n} | {m.balanced_accuracy:.3f} | {m.f1:.3f} | {m.auc:.3f} | {m.brier:.3f} "
-        f"| {b.balanced_accuracy:.3f} |"
+def summary(res: Result) -> str:
+    """One line: the headline figures."""
+    m = res.binary()
+    worst_bucket = min(
+        res.binary(where=lambda r, n=name: bucket(text_length(r)) == n).balanced_accuracy  # type: ignore[misc]
+        for name, _, _ in BUCKETS
     )
+    return (
+        f"balanced acc {m.balanced_accuracy:.3f}  AUC {m.auc:.3f}  Brier {m.brier:.3f}  ECE {m.ece:.3f}  "
+        f"worst length bucket {worst_bucket:.3f}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--data", type=Path, default=None, help="corpus folder (default ../shared/data)")
+    ap.add_argument(
+        "--restricted", action="store_true", help="train with the non-commercial rows too (not shipped)"
+    )
+    args = ap.parse_args(argv)
+    rows = load_training(args.data, with_restricted=args.restricted)
+    res = leave_one_source_out(rows)
+    print(report(res, "Leave-one-source-out" + (" with the non-commercial rows" if args.restricted else "")))
+    print(summary(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from classifiers.request import RequestView
 
-HEAD, TAIL = 500, 1000  # scanned window of the main text
+HEAD, TAIL = 250, 500  # scanned window of the main text (structural cues)
 TAIL_NS = 320  # the "instruction" windows: last and first characters of the main text
 HEAD_NS = 240
 CONTEXT_WINDOW = 600  # head and tail of the chat context
@@ -134,26 +134,60 @@ CUES: dict[str, frozenset[str]] = {
 _CUE_KEYS = [(f"cue_{name}", lex) for name, lex in CUES.items()]
 _CONTEXT_KEYS = [(f"ctx_{name}", CUES[name]) for name in CONTEXT_CUES]
 
+# Character n-gram windows. Characters carry across languages and scripts where word lists cannot; the
+# instruction of a long prompt sits in its head or tail, so those are read apart from the body (the pasted
+# passage, code or table), and each window is its own namespace: "copy lines 3-5" in the tail weighs as an
+# instruction whatever the pasted text is about.
+CHAR_HEAD = 120
+CHAR_TAIL = 240
+CHAR_BODY = 160  # read at each end of the body (the text between head and tail)
+CHAR_CONTEXT = 300
+_HT_ORDERS = (3,)
+_BODY_ORDERS = (3,)
+# slicing with prebuilt slice objects keeps the per-n-gram work in C (``map(str.__getitem__, ...)``)
+_SLICES = {n: [slice(i, i + n) for i in range(2 * CHAR_BODY + 8)] for n in (2, 3, 4)}
+_DIGITS = str.maketrans("0123456789", "0000000000")
+
 
 @dataclass(slots=True)
 class Features:
     """Sparse parts are namespaced sets of strings; dense cues are floats roughly in [0, 1]."""
 
-    words: set[str]  # unigrams and bigrams of the scanned main text
-    tail: set[str]  # unigrams and bigrams of the last TAIL_NS characters
-    first: set[str]  # first word and first two words
-    cjk: set[str]  # CJK character unigrams and bigrams
-    context: set[str]  # unigrams of system prompt and earlier turns
+    sparse: dict[str, set[str]]  # namespace -> grams (see NAMESPACES)
     dense: dict[str, float]
 
 
-NAMESPACES = ("w", "t", "f", "c", "x")
+# wh/wt: word unigrams+bigrams of the head and tail windows; f: first words; x: words of the chat context;
+# ch/ct/cb/cx: character n-grams of the head, tail, body and chat context
+NAMESPACES = ("wh", "wt", "f", "x", "ch", "ct", "cb", "cx")
 
 
 def window(text: str) -> str:
     if len(text) <= HEAD + TAIL:
         return text
     return text[:HEAD] + "\n" + text[-TAIL:]
+
+
+def _norm(text: str) -> str:
+    """Lower case, digits folded to 0, whitespace runs to one space: all C-speed ``str`` methods."""
+    return " ".join(text.lower().translate(_DIGITS).split())
+
+
+def _chars(text: str, orders: tuple[int, ...]) -> set[str]:
+    grams: set[str] = set()
+    for n in orders:
+        grams.update(map(text.__getitem__, _SLICES[n][: max(len(text) - n + 1, 0)]))
+    return grams
+
+
+def char_windows(text: str) -> tuple[str, str, str]:
+    """Head, tail and (sampled) body of ``text``. A short text is its own head and tail; its body is empty."""
+    head = _norm(text[:CHAR_HEAD])
+    tail = _norm(text[-CHAR_TAIL:])
+    body = text[CHAR_HEAD:-CHAR_TAIL] if len(text) > CHAR_HEAD + CHAR_TAIL else ""
+    if len(body) > 2 * CHAR_BODY:
+        body = body[:CHAR_BODY] + "\n" + body[-CHAR_BODY:]
+    return head, tail, _norm(body)[: 2 * CHAR_BODY]
 
 
 def _ngrams(tokens: list[str]) -> set[str]:
@@ -221,6 +255,7 @@ def _dense(
         "context_len": _log(len(view.context), 9.0),
         "empty": 1.0 if not stripped else 0.0,
     }
+    out.update(_layout(stripped))
     for key, lex in _CUE_KEYS:
         out[key] = 0.0 if cue_grams.isdisjoint(lex) else 1.0
     if view.context:
@@ -228,6 +263,33 @@ def _dense(
         ctx_grams = _ngrams(_tokens(view.context[:CONTEXT_HEAD_NS].lower()))
         for key, lex in _CONTEXT_KEYS:
             out[key] = 0.0 if ctx_grams.isdisjoint(lex) else 1.0
+    return out
+
+
+_QUESTION_ENDS = ("?", "？", "؟", ";", "\u037e", "।")  # Latin, CJK, Arabic, Greek, Devanagari question marks
+
+
+def _layout(text: str) -> dict[str, float]:
+    """Where the instruction sits around pasted material, in any language: a short first or last line set
+    apart from a long body ("copy lines 2-4 from the text below:", a passage and then its question)."""
+    if len(text) <= CHAR_HEAD + CHAR_TAIL or "\n" not in text:
+        return {}
+    first = text.partition("\n")[0]
+    _, _, last = text.rpartition("\n")
+    first, last = first.strip(), last.strip()
+    out = {}
+    if 0 < len(last) <= 300:
+        out["layout_last_line"] = 1.0
+        if last.endswith(_QUESTION_ENDS):
+            out["layout_last_question"] = 1.0
+        elif last.endswith((":", "：")):
+            out["layout_last_colon"] = 1.0
+    if 0 < len(first) <= 300:
+        out["layout_first_line"] = 1.0
+        if first.endswith(_QUESTION_ENDS):
+            out["layout_first_question"] = 1.0
+        elif first.endswith((":", "：")):
+            out["layout_first_colon"] = 1.0
     return out
 
 
@@ -245,31 +307,35 @@ def extract(view: RequestView) -> Features:
     first = set(first_words[:1])
     if len(first_words) == 2:
         first.add(" ".join(first_words))
-    has_cjk = bool(scanned) and max(scanned) >= "\u3040"
-    cjk = _cjk_grams(scanned) if has_cjk else set()
     cue_grams = tail | head
-    if has_cjk:
+    if bool(scanned) and max(scanned) >= "\u3040":
         cue_grams |= _cjk_grams(head_text + "\n" + tail_text)
+    ch, ct, cb = char_windows(text)
+    char_head = _chars(ch, _HT_ORDERS)
     ctx = view.context
-    if len(ctx) > 2 * CONTEXT_WINDOW:
-        ctx = ctx[:CONTEXT_WINDOW] + "\n" + ctx[-CONTEXT_WINDOW:]
-    context = set(_tokens(ctx.lower())) if ctx else set()
-    if ctx and max(ctx) >= "\u3040":
-        context |= _cjk_grams(ctx)
-    return Features(
-        words=words,
-        tail=tail,
-        first=first,
-        cjk=cjk,
-        context=context,
-        dense=_dense(text, scanned, tokens, words, cue_grams, view),
-    )
+    context: set[str] = set()
+    cx: set[str] = set()
+    if ctx:
+        # the system prompt (a persona, or "answer from these documents") sits at the head of the context
+        context = set(_tokens(ctx[:CONTEXT_WINDOW].lower()))
+        cx = _chars(_norm(ctx[:CHAR_CONTEXT]), (3,))
+    sparse = {
+        "wh": head,
+        "wt": tail,
+        "f": first,
+        "x": context,
+        "ch": char_head,
+        "ct": char_head if len(text) <= CHAR_HEAD else _chars(ct, _HT_ORDERS),
+        "cb": _chars(cb, _BODY_ORDERS),
+        "cx": cx,
+    }
+    return Features(sparse=sparse, dense=_dense(text, scanned, tokens, words, cue_grams, view))
 
 
 def as_dict(f: Features) -> dict[str, float]:
     """Flat feature dict for training: each namespace scaled to unit length, dense cues as they are."""
     out: dict[str, float] = {}
-    for ns, grams in zip(NAMESPACES, (f.words, f.tail, f.first, f.cjk, f.context), strict=True):
+    for ns, grams in f.sparse.items():
         if grams:
             v = 1.0 / math.sqrt(len(grams))
             for g in grams:

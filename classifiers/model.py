@@ -20,7 +20,7 @@ from classifiers.kinds import kind_of
 from classifiers.request import RequestView, view
 
 MODEL_FILE = Path(__file__).parent / "model" / "model.json.gz"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 Label = Literal["structured", "open-ended"]
 
@@ -75,8 +75,8 @@ class Classifier:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def _parts(self, f: Features) -> list[tuple[str, set[str], dict[str, float]]]:
-        grams = (f.words, f.tail, f.first, f.cjk, f.context)
-        return [(ns, g, self.sparse.get(ns, {})) for ns, g in zip(NAMESPACES, grams, strict=True)]
+        empty: dict[str, float] = {}
+        return [(ns, f.sparse[ns], self.sparse.get(ns, empty)) for ns in NAMESPACES]
 
     def score(self, f: Features) -> float:
         """Calibrated log-odds of the prompt alone."""

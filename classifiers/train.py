@@ -1,42 +1,52 @@
 """Fit the linear model with scikit-learn and export it as a plain ``Classifier``.
 
-Choices that matter for generalisation, each checked by leave-one-source-out evaluation:
-- a gram enters the vocabulary only if it occurs in at least ``MIN_SOURCES`` sources, so that the words of
-  one dataset's template cannot carry a decision;
-- rows are weighted so that every source and both classes weigh about the same;
-- ambiguous rows count half for each class, which pulls in-between prompts towards the middle;
-- Platt scaling on out-of-fold scores (class-balanced) is folded into the weights.
+The sparse matrix is built from ``features.extract`` -- the very code the gateway runs per request -- so
+what the model learns is what it sees live. Choices that matter for generalisation, each checked by
+leave-one-source-out evaluation (``classifiers.evaluate``):
+- a gram enters the vocabulary only if it occurs in at least ``min_sources`` sources of the training rows,
+  so that the words of one dataset's template cannot carry a decision;
+- rows are weighted so that no large source dominates (weight ~ 1/sqrt(rows of its source and class)),
+  red-team rows count less (they are real open-ended traffic, but not typical of it), and within each
+  length bucket both classes weigh the same, so that length alone cannot separate them;
+- ``ambiguous`` rows are left out of the binary objective: their label says neither class, and half-weight
+  copies of both classes taught the model nothing that held up on unseen sources;
+- Platt scaling on out-of-fold scores, the folds grouped by source (so the scores are those of unseen
+  sources), is folded into the weights.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from classifiers.data import OWN_SOURCE, Row
-from classifiers.features import extract
+from classifiers.data import Row
+from classifiers.features import as_dict, extract
 from classifiers.model import Classifier
 from classifiers.request import view
 
+if TYPE_CHECKING:
+    import numpy as np
+    from scipy.sparse import csr_matrix
+
 SEED = 20240611
-MIN_SOURCES = 2
-MIN_DF = 2
-C = 4.0
-MAX_FEATURES = 60_000
-AMBIGUOUS_WEIGHT = 0.5
+LENGTH_EDGES = (300, 1500)  # the evaluation's length buckets, in characters of request text
 
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    c: float = C
-    min_sources: int = MIN_SOURCES
-    min_df: int = MIN_DF
-    ambiguous_weight: float = AMBIGUOUS_WEIGHT
+    alpha: float = 5e-5  # L2 strength of the SGD logistic regression
+    epochs: int = 12
+    min_sources: int = 2
+    min_df: int = 3
+    redteam_weight: float = 0.3
+    balance_length: bool = True
+    balance_language: bool = True
     calibrate: bool = True
-    exclude: tuple[str, ...] = ("d:len",)  # feature prefixes left out of the model
+    calibration_folds: int = 4
+    max_features: int = 120_000  # largest weights kept in the shipped artefact
+    exclude: tuple[str, ...] = ("d:len", "d:context_len")  # length must not be the signal
 
 
 _cache: dict[str, dict[str, float]] = {}
@@ -44,8 +54,6 @@ _cache: dict[str, dict[str, float]] = {}
 
 def featurise(rows: Sequence[Row]) -> list[dict[str, float]]:
     """Feature dicts per row, cached by id within the process (evaluation refits many times)."""
-    from classifiers.features import as_dict
-
     out = []
     for r in rows:
         key = f"{r.source}/{r.id}"
@@ -56,84 +64,178 @@ def featurise(rows: Sequence[Row]) -> list[dict[str, float]]:
     return out
 
 
-def _vocabulary(rows: Sequence[Row], feats: Sequence[dict[str, float]], opts: Options) -> set[str]:
-    df: Counter[str] = Counter()
-    sources: defaultdict[str, set[str]] = defaultdict(set)
-    for r, d in zip(rows, feats, strict=True):
-        for k in d:
-            df[k] += 1
-            if len(sources[k]) < opts.min_sources or r.source == OWN_SOURCE:
-                sources[k].add(r.source)
-    # SpecRoute's own prompts are written to vary their wording, so their grams need no second source
-    keep = {
-        k
-        for k, n in df.items()
-        if k.startswith("d:")
-        or (n >= opts.min_df and (len(sources[k]) >= opts.min_sources or OWN_SOURCE in sources[k]))
-    }
-    return {k for k in keep if not k.startswith(opts.exclude)} if opts.exclude else keep
+def text_length(row: Row) -> int:
+    v = view(row.body)
+    return len(v.text) + len(v.context)
 
 
-def _design(rows: Sequence[Row], opts: Options) -> tuple[list[dict[str, float]], list[int], list[float]]:
-    """Training examples, labels and weights: ambiguous rows appear once per class at reduced weight."""
-    feats = featurise(rows)
-    per_group: Counter[tuple[str, int]] = Counter()
-    for r in rows:
-        if r.label != "ambiguous":
-            per_group[(r.source, r.y)] += 1
-    X: list[dict[str, float]] = []
-    y: list[int] = []
-    w: list[float] = []
-    for r, d in zip(rows, feats, strict=True):
-        if r.label == "ambiguous":
-            if opts.ambiguous_weight > 0:
-                for label in (0, 1):
-                    X.append(d)
-                    y.append(label)
-                    w.append(opts.ambiguous_weight)
-            continue
-        X.append(d)
-        y.append(r.y)
-        # damp big sources: weight ~ 1/sqrt(size of the source's share of this class)
-        w.append(10.0 / math.sqrt(per_group[(r.source, r.y)]))
-    # balance the classes
-    tot = {c: sum(wi for wi, yi in zip(w, y, strict=True) if yi == c) for c in (0, 1)}
-    w = [wi * (tot[0] + tot[1]) / (2 * tot[yi]) for wi, yi in zip(w, y, strict=True)]
-    return X, y, w
+@dataclass(slots=True)
+class Design:
+    """All rows' features as one sparse matrix, with what each fold needs to pick its own vocabulary."""
+
+    rows: list[Row]
+    X: csr_matrix
+    names: list[str]
+    source_of: np.ndarray  # row -> source index
+    sources: list[str]
+    per_source_df: csr_matrix  # source x feature: rows of the source holding the feature
+    excluded: np.ndarray = field(default_factory=lambda: __import__("numpy").zeros(0, dtype=bool))
 
 
-def fit(rows: Sequence[Row], opts: Options | None = None) -> Classifier:
+def design(rows: Sequence[Row], opts: Options | None = None) -> Design:
     import numpy as np
-    from sklearn.feature_extraction import DictVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold
+    from scipy.sparse import csr_matrix
 
     opts = opts or Options()
-    X_dicts, y_list, w_list = _design(rows, opts)
-    vocab = _vocabulary(rows, featurise(rows), opts)
-    X_dicts = [{k: v for k, v in d.items() if k in vocab} for d in X_dicts]
-    vec = DictVectorizer(sort=True)
-    X = vec.fit_transform(X_dicts).tocsr()
-    X.indices = X.indices.astype(np.int32)  # liblinear accepts 32-bit indices only
-    X.indptr = X.indptr.astype(np.int32)
-    y = np.asarray(y_list)
-    w = np.asarray(w_list)
+    feats = featurise(rows)
+    index: dict[str, int] = {}
+    indptr = [0]
+    indices: list[int] = []
+    values: list[float] = []
+    for d in feats:
+        for k, v in d.items():
+            indices.append(index.setdefault(k, len(index)))
+            values.append(v)
+        indptr.append(len(indices))
+    X = csr_matrix(
+        (np.asarray(values), np.asarray(indices, dtype=np.int32), np.asarray(indptr, dtype=np.int64)),
+        shape=(len(feats), len(index)),
+    )
+    X.sort_indices()
+    names = [""] * len(index)
+    for k, i in index.items():
+        names[i] = k
+    sources = sorted({r.source for r in rows})
+    sid = {s: i for i, s in enumerate(sources)}
+    source_of = np.asarray([sid[r.source] for r in rows], dtype=np.int32)
+    onehot = csr_matrix(
+        (np.ones(len(rows)), (source_of, np.arange(len(rows)))), shape=(len(sources), len(rows))
+    )
+    binary = X.copy()
+    binary.data[:] = 1.0
+    per_source_df = (onehot @ binary).tocsr()
+    excluded = np.asarray([n.startswith(opts.exclude) for n in names], dtype=bool)
+    return Design(list(rows), X, names, source_of, sources, per_source_df, excluded)
 
-    def lr() -> Any:
-        return LogisticRegression(C=opts.c, solver="liblinear", max_iter=2000)
 
-    model = lr().fit(X, y, sample_weight=w)
+def weights(rows: Sequence[Row], opts: Options) -> np.ndarray:
+    """Per-row training weights (0 for ambiguous rows): source-damped, red-team-discounted, language- and
+    length-balanced."""
+    import numpy as np
+
+    group: dict[tuple[str, int], int] = {}
+    for r in rows:
+        if r.label != "ambiguous":
+            group[(r.source, r.y)] = group.get((r.source, r.y), 0) + 1
+    w = np.zeros(len(rows))
+    y = np.asarray([r.y for r in rows])
+    bucket = np.asarray([sum(text_length(r) >= e for e in LENGTH_EDGES) for r in rows])
+    for i, r in enumerate(rows):
+        if r.label == "ambiguous":
+            continue
+        w[i] = 1.0 / math.sqrt(group[(r.source, r.y)])
+        if r.redteam:
+            w[i] *= opts.redteam_weight
+    if opts.balance_language:
+        _balance_languages(rows, w, y)
+    if not opts.balance_length:
+        bucket[:] = 0
+    cells = [(b, c) for b in np.unique(bucket) for c in (0, 1)]
+    target = w.sum() / len(cells)
+    for b, c in cells:
+        # every (length bucket, class) cell weighs the same
+        mask = (y == c) & (w > 0) & (bucket == b)
+        s = w[mask].sum()
+        if s > 0:
+            w[mask] *= target / s
+    return w * (len(rows) / max(w.sum(), 1e-12))
+
+
+def _balance_languages(rows: Sequence[Row], w: np.ndarray, y: np.ndarray) -> None:
+    """Within each language but English, cut the larger class down to the weight of the smaller one.
+
+    Most non-English rows come from a few one-class sources (reading comprehension on one side, red-team
+    prompts on the other), so a language's script would otherwise stand in for the label. A language whose
+    rows hold one class only then teaches nothing, and its script stays neutral.
+    """
+    import numpy as np
+
+    lang = np.asarray([r.language for r in rows])
+    for code in set(lang.tolist()) - {"en"}:
+        in_lang = (lang == code) & (w > 0)
+        totals = [w[in_lang & (y == c)].sum() for c in (0, 1)]
+        low = min(totals)
+        for c in (0, 1):
+            if totals[c] > 0:
+                w[in_lang & (y == c)] *= low / totals[c]
+
+
+def _vocabulary(d: Design, train_sources: np.ndarray, opts: Options) -> np.ndarray:
+    """Column mask: features seen in >= min_sources training sources and >= min_df training rows."""
+    import numpy as np
+
+    sub = d.per_source_df[train_sources]
+    df = np.asarray(sub.sum(axis=0)).ravel()
+    nsrc = np.asarray((sub > 0).sum(axis=0)).ravel()
+    is_dense = np.asarray([n.startswith("d:") for n in d.names], dtype=bool)
+    keep = ((nsrc >= opts.min_sources) & (df >= opts.min_df)) | (is_dense & (df > 0))
+    return keep & ~d.excluded
+
+
+def _sgd(X: Any, y: np.ndarray, w: np.ndarray, opts: Options) -> Any:
+    from sklearn.linear_model import SGDClassifier
+
+    model = SGDClassifier(
+        loss="log_loss",
+        alpha=opts.alpha,
+        max_iter=opts.epochs,
+        tol=None,
+        random_state=SEED,
+        average=True,
+    )
+    return model.fit(X, y, sample_weight=w)
+
+
+def fit_design(d: Design, train_idx: np.ndarray, opts: Options | None = None) -> Classifier:
+    """Fit on the rows ``train_idx`` of ``d`` (indices into ``d.rows``) and export a ``Classifier``."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    opts = opts or Options()
+    rows = [d.rows[i] for i in train_idx]
+    w_all = weights(rows, opts)
+    keep_rows = w_all > 1e-9
+    idx = np.asarray(train_idx)[keep_rows]
+    w = w_all[keep_rows]
+    y = np.asarray([d.rows[i].y for i in idx])
+    cols = np.flatnonzero(_vocabulary(d, np.unique(d.source_of[idx]), opts))
+    X = d.X[idx][:, cols]
+    model = _sgd(X, y, w, opts)
     a, b = 1.0, 0.0
     if opts.calibrate:
         oof = np.zeros(len(y))
-        for tr, te in StratifiedKFold(n_splits=4, shuffle=True, random_state=SEED).split(X, y):
-            oof[te] = lr().fit(X[tr], y[tr], sample_weight=w[tr]).decision_function(X[te])
-        platt = LogisticRegression(C=1e4, solver="lbfgs").fit(oof.reshape(-1, 1), y, sample_weight=w)
+        groups = d.source_of[idx]
+        # folds by source: the calibration scores are those of sources the fold's model never saw
+        fold_of = {s: k % opts.calibration_folds for k, s in enumerate(np.unique(groups))}
+        folds = np.asarray([fold_of[g] for g in groups])
+        for k in range(opts.calibration_folds):
+            te = folds == k
+            if te.any() and (~te).any() and len(np.unique(y[~te])) == 2:
+                oof[te] = _sgd(X[~te], y[~te], w[~te], opts).decision_function(X[te])
+        # calibrated on the rows as they come, each class weighing the same: the training weights stress
+        # the hard cells (languages, long open-ended prompts) and would flatten the slope
+        balanced = np.where(y == 1, 0.5 / max(y.sum(), 1), 0.5 / max(len(y) - y.sum(), 1))
+        platt = LogisticRegression(C=1e4, solver="lbfgs").fit(oof.reshape(-1, 1), y, sample_weight=balanced)
         a, b = float(platt.coef_[0, 0]), float(platt.intercept_[0])
     coef = model.coef_[0] * a
     bias = float(model.intercept_[0]) * a + b
-    names = vec.get_feature_names_out()
-    order = np.argsort(-np.abs(coef))
+    return export(coef, bias, [d.names[c] for c in cols], opts, rows=len(idx))
+
+
+def export(coef: np.ndarray, bias: float, names: Sequence[str], opts: Options, rows: int) -> Classifier:
+    import numpy as np
+
+    order = np.argsort(-np.abs(coef), kind="stable")
     sparse: dict[str, dict[str, float]] = {}
     dense: dict[str, float] = {}
     kept = 0
@@ -141,21 +243,30 @@ def fit(rows: Sequence[Row], opts: Options | None = None) -> Classifier:
         weight = float(coef[i])
         if abs(weight) < 1e-4:
             break
-        ns, _, gram = str(names[i]).partition(":")
+        ns, _, gram = names[i].partition(":")
         if ns == "d":
-            dense[gram] = round(weight, 5)
-        elif kept < MAX_FEATURES:
-            sparse.setdefault(ns, {})[gram] = round(weight, 5)
+            dense[gram] = round(weight, 4)
+        elif kept < opts.max_features:
+            sparse.setdefault(ns, {})[gram] = round(weight, 4)
             kept += 1
     meta = {
         "options": {
-            "c": opts.c,
+            "alpha": opts.alpha,
+            "epochs": opts.epochs,
             "min_sources": opts.min_sources,
             "min_df": opts.min_df,
-            "ambiguous_weight": opts.ambiguous_weight,
+            "redteam_weight": opts.redteam_weight,
+            "balance_length": opts.balance_length,
         },
-        "platt": [a, b],
-        "rows": len(rows),
+        "rows": rows,
         "features": kept + len(dense),
     }
     return Classifier(bias=round(bias, 5), sparse=sparse, dense=dense, meta=meta)
+
+
+def fit(rows: Sequence[Row], opts: Options | None = None) -> Classifier:
+    import numpy as np
+
+    opts = opts or Options()
+    d = design(rows, opts)
+    return fit_design(d, np.arange(len(rows)), opts)

@@ -43,3 +43,37 @@ def test_classify_explain() -> None:
     out = json.loads(_run([json.dumps({"prompt": "Count from 1 to 20."})], "--explain", "--top", "3")[0])
     assert len(out["explain"]) == 3
     assert all(isinstance(name, str) for name, _ in out["explain"])
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_train_without_a_corpus_says_which_flag(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [str(SPECROUTE), "train", "--data", str(tmp_path), "--model", str(tmp_path / "m.json.gz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert "--data" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "m.json.gz").exists()
+
+
+def test_train_writes_the_artefact_and_card(tmp_path: Path) -> None:
+    model, card = tmp_path / "m.json.gz", tmp_path / "CARD.md"
+    args = ["train", "--data", str(FIXTURES), "--model", str(model), "--card", str(card)]
+    subprocess.run(
+        [str(SPECROUTE), *args, "--no-bench"], capture_output=True, text=True, timeout=300, check=True
+    )
+    first = model.read_bytes()
+    text = card.read_text()
+    assert "acme/research-only" in text and "Leave-one-source-out" in text
+    subprocess.run(
+        [str(SPECROUTE), *args, "--no-bench", "--no-evaluate"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert model.read_bytes() == first  # deterministic

@@ -1,80 +1,126 @@
-from classifiers.data import OWN_SOURCE, PUBLIC_FILE, Row, commercial_ok, load
-from classifiers.evaluate import metrics
-from classifiers.features import as_dict, extract
+"""Training and evaluation on a small hand-written corpus (``fixtures/prompts-train.jsonl``), never the
+shared one."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from classifiers import data
+from classifiers.data import CorpusNotFound, Row, corpus_file, load, load_training
+from classifiers.evaluate import ece, leave_one_source_out, metrics
+from classifiers.features import NAMESPACES, as_dict, extract
 from classifiers.request import view
-from classifiers.train import Options, fit
+from classifiers.train import Options, design, fit, weights
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FAST = Options(calibrate=False, min_df=1, epochs=20)
 
 
-def _rows() -> list[Row]:
-    structured = [
-        "Write a Python function to add two numbers.",
-        "Convert this CSV to JSON: a,b\n1,2",
-        "Repeat 'ok' 5 times.",
-        "Give me a regex for dates.",
-        "Continue: 1, 2, 3, 4,",
-        "Write a bash command that lists files.",
-    ]
-    open_ended = [
-        "Write a poem about love.",
-        "What do you think about cats?",
-        "Tell me a story about a bear.",
-        "How can I be happier?",
-        "hi, how are you?",
-        "Pretend you are a pirate.",
-    ]
-    rows = []
-    for i, (text, label) in enumerate(
-        [(t, "structured") for t in structured] + [(t, "open-ended") for t in open_ended]
-    ):
-        rows.append(Row(str(i), f"src{i % 2}" if i % 3 else OWN_SOURCE, "MIT", "c", label, {"prompt": text}))
-    return rows
+@pytest.fixture(scope="module")
+def rows() -> list[Row]:
+    return load_training(FIXTURES)
 
 
-def test_fit_is_deterministic_and_learns() -> None:
-    opts = Options(calibrate=False, min_df=1)
-    a, b = fit(_rows(), opts), fit(_rows(), opts)
+def _row(source: str, label: str, prompt: str, **kw: object) -> Row:
+    return Row(
+        id=prompt[:20], source=source, license="MIT", category="c", label=label, body={"prompt": prompt}, **kw
+    )  # type: ignore[arg-type]
+
+
+def test_training_reads_commercial_rows_only(rows: list[Row]) -> None:
+    everything = load(corpus_file(FIXTURES))
+    assert any(not r.commercial for r in everything)
+    assert rows and all(r.commercial for r in rows)
+    assert len(load_training(FIXTURES, with_restricted=True)) == len(everything)
+
+
+def test_missing_corpus_names_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(CorpusNotFound, match="--data"):
+        load_training(tmp_path)
+
+
+def test_default_corpus_is_found_next_to_the_repository() -> None:
+    # relative to the package, not to the working directory
+    expected = Path(data.__file__).resolve().parents[2] / "shared" / "data"
+    assert expected == data.DEFAULT_DATA_DIR
+
+
+def test_fit_is_deterministic_and_learns(rows: list[Row]) -> None:
+    a, b = fit(rows, FAST), fit(rows, FAST)
     assert a.to_json() == b.to_json()
-    assert (
-        a.predict({"prompt": "Write a Python function to add two numbers."}).p_structured
-        > a.predict({"prompt": "Write a poem about love."}).p_structured
-    )
+    code = a.predict({"prompt": "Write a Python function that returns the largest of three integers."})
+    story = a.predict({"prompt": "Write a short story about a fox who learns to sing."})
+    assert code.p_structured > story.p_structured
 
 
-def test_features_are_namespaced() -> None:
+def test_a_gram_of_one_source_is_left_out() -> None:
+    rows = [
+        _row("a", "structured", "zzqx write python code"),
+        _row("a", "structured", "zzqx write sql code"),
+        _row("b", "structured", "write python code now"),
+        _row("c", "open-ended", "tell a story now"),
+        _row("d", "open-ended", "tell a poem now"),
+    ]
+    clf = fit(rows, Options(calibrate=False, min_df=1))
+    grams = {g for table in clf.sparse.values() for g in table}
+    assert not any("zzqx" in g or "zq" in g for g in grams)
+    assert any("python" in g for g in grams)
+
+
+def test_weights() -> None:
+    rows = [_row("big", "structured", f"write code number {i}") for i in range(16)]
+    rows += [_row("small", "structured", "write code once")]
+    rows += [_row("chat", "open-ended", "tell me a story"), _row("chat", "open-ended", "why is the sky blue")]
+    rows += [_row("red", "open-ended", "say something rude", redteam=True)]
+    rows += [_row("x", "ambiguous", "translate: hello")]
+    rows += [_row("th", "open-ended", "เล่าเรื่องให้ฟังหน่อย", language="th")]
+    w = weights(rows, Options(balance_length=False))
+    assert w[-2] == 0.0  # ambiguous: not in the objective
+    assert w[-1] == 0.0  # a language holding one class teaches nothing
+    # a source 16 times larger weighs 4 times more, not 16
+    assert sum(w[:16]) == pytest.approx(4 * w[16])
+    assert w[19] < w[17]  # red-team rows count less
+    y = np.asarray([r.y for r in rows])
+    assert w[y == 1].sum() == pytest.approx(w[(y == 0)].sum())
+
+
+def test_features_are_namespaced_and_read_the_instruction_apart() -> None:
+    passage = "The river rose slowly through the night and the village woke to water. " * 40
+    f = extract(view({"prompt": "Copy lines 2-4 from the text below.\n" + passage}))
+    assert set(f.sparse) == set(NAMESPACES)
+    assert "copy" in f.sparse["wh"] and any("cop" in g for g in f.sparse["ch"])
+    assert not any("cop" in g for g in f.sparse["cb"])  # the instruction is not in the body
+    assert f.dense["layout_first_line"] == 1.0
     d = as_dict(extract(view({"prompt": "Write JSON\n```\n{}\n```"})))
-    assert {k.split(":", 1)[0] for k in d} <= {"w", "t", "f", "c", "x", "d"}
-    assert d["d:fence"] == 1.0
+    assert {k.split(":", 1)[0] for k in d} <= set(NAMESPACES) | {"d"}
+    assert d["d:fence"] == 1.0 and "d:len" in d
 
 
-def test_licence_filter() -> None:
-    assert commercial_ok("MIT") and commercial_ok("CC-BY-SA-4.0") and commercial_ok("Apache-2.0")
-    for lic in (
-        "CC-BY-NC-4.0 (x)",
-        "research-only, non-commercial",
-        "ODC-By; README: research use only",
-        "underlying gigaword: LDC-derived",
-        "underlying trec: unspecified",
-    ):
-        assert not commercial_ok(lic)
-
-
-def test_repository_data_is_commercial_only() -> None:
-    rows = load(PUBLIC_FILE)
-    assert rows and all(commercial_ok(r.license) for r in rows)
+def test_design_excludes_length(rows: list[Row]) -> None:
+    d = design(rows, FAST)
+    dropped = [n for n, x in zip(d.names, d.excluded, strict=True) if x]
+    assert dropped and all(n.startswith(("d:len", "d:context_len")) for n in dropped)
+    clf = fit(rows, FAST)
+    assert "len" not in clf.dense
 
 
 def test_metrics() -> None:
     m = metrics([1, 1, 0, 0], [0.9, 0.4, 0.2, 0.6])
     assert m.balanced_accuracy == 0.5 and m.auc == 0.75
+    assert ece([1, 0], [1.0, 0.0]) == 0.0
+    assert ece([1, 1, 0, 0], [0.95, 0.95, 0.95, 0.95]) == pytest.approx(0.45)
 
 
-def test_loso_keeps_own_prompts_in_training_and_scores_them_apart() -> None:
-    from classifiers.evaluate import leave_one_source_out
-
-    rows = _rows()
-    res = leave_one_source_out(rows, Options(calibrate=False, min_df=1), log=lambda _: None)
-    assert set(res.per_source) == {"src0", "src1"}
-    assert all(r.source != OWN_SOURCE for r in res.rows)
-    own = res.pinned[OWN_SOURCE]
-    assert len(own.rows) == sum(r.source == OWN_SOURCE for r in rows)
-    assert 0.0 <= own.binary().balanced_accuracy <= 1.0
+def test_loso_predicts_each_row_once_from_a_model_without_its_source(rows: list[Row]) -> None:
+    res = leave_one_source_out(rows, FAST, log=lambda _: None)
+    assert sorted(r.id for r in res.rows) == sorted(r.id for r in rows)
+    assert all(0.0 <= p <= 1.0 for p in res.p)
+    # the held-out source's predictions are exactly those of a model fitted on the other sources
+    held = [r for r in rows if r.source == "acme/creative"]
+    others = [r for r in rows if r.source != "acme/creative"]
+    alone = fit(others, FAST)
+    pooled = dict(zip((r.id for r in res.rows), res.p, strict=True))
+    assert [pooled[r.id] for r in held] == pytest.approx(
+        [alone.predict(r.body).p_structured for r in held], abs=1e-3
+    )
