@@ -66,7 +66,7 @@ def speculative_k(pools: dict[PoolName, Pool], scraper: Scraper | None) -> Calla
     def k(endpoint: Endpoint) -> int | None:
         if configured:
             return configured
-        return scraper.of(endpoint).k if scraper is not None else None
+        return scraper.drafts(endpoint) if scraper is not None else None
 
     return k
 

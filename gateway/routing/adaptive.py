@@ -194,15 +194,13 @@ class AdaptivePolicy:
             if not ep.available(now):
                 continue
             load, queued = float(ep.outstanding), False
-            state = self.scraper.by_endpoint.get(id(ep)) if self.scraper is not None else None
+            scraped = self.scraper.load(ep, stale, now) if self.scraper is not None else None
             cap = None
-            if state is not None and state.reading is not None:
-                age = state.age(now)
-                if age is not None and age <= stale:
-                    r = state.reading
-                    load = max(load, (r.running or 0.0) + (r.waiting or 0.0))
-                    queued = state.queued
-                cap = state.capacity
+            if scraped is not None:
+                if scraped.in_engine is not None:
+                    load = max(load, scraped.in_engine)
+                queued = scraped.queued
+                cap = scraped.capacity
             if cap is not None:
                 queued = queued or load >= cap
                 load = min(load, cap - 1)
@@ -218,13 +216,10 @@ class AdaptivePolicy:
         if self.pools["speculative"].num_speculative_tokens or self.scraper is None:
             return
         for ep in self.pools["speculative"].endpoints:
-            state = self.scraper.by_endpoint.get(id(ep))
-            if state is not None and state.k:
-                self.model.k = state.k
+            k = self.scraper.drafts(ep)
+            if k:
+                self.model.k = k
                 return
-
-    def k(self) -> int:
-        return self.model.k
 
     # -- learning --------------------------------------------------------------------------------
     def observe(self, outcome: Outcome) -> Feedback | None:
@@ -315,6 +310,6 @@ class AdaptivePolicy:
                 name: {"batch": ld.batch, "queued": ld.queued, "available": ld.available}
                 for name, ld in loads.items()
             },
-            "endpoints": [s.snapshot() for s in self.scraper.by_endpoint.values()] if self.scraper else [],
+            "endpoints": self.scraper.snapshots() if self.scraper else [],
             "decisions": dict(self.counts),
         }

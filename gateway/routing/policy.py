@@ -87,7 +87,6 @@ class Outcome:
     accepted_tokens: int | None = None
     draft_tokens: int | None = None
     steps: int | None = None
-    temperature: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,29 +109,3 @@ class Policy(Protocol):
     def decide(self, request: RouteRequest) -> Decision: ...
 
     def observe(self, outcome: Outcome) -> Feedback | None: ...
-
-
-@dataclass
-class StaticPolicy:
-    """The three strategies that do not learn."""
-
-    strategy: Strategy
-    classifier: Classifier
-
-    def decide(self, request: RouteRequest) -> Decision:
-        pred = self.classifier.predict(request.body)
-        if request.forced_pool is not None:
-            return Decision(request.forced_pool, pred.label, "forced", pred.p_structured, pred.kind)
-        if self.strategy is Strategy.ALWAYS_SPECULATIVE:
-            pool: PoolName = "speculative"
-        elif self.strategy is Strategy.ALWAYS_BASELINE:
-            pool = "baseline"
-        else:
-            pool = "speculative" if pred.label == "structured" else "baseline"
-        reason = (
-            self.strategy.value if self.strategy is not Strategy.CLASSIFIER else f"classifier-{pred.label}"
-        )
-        return Decision(pool, pred.label, reason, pred.p_structured, pred.kind)
-
-    def observe(self, outcome: Outcome) -> Feedback | None:
-        return None

@@ -223,9 +223,19 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
+@dataclass(frozen=True, slots=True)
+class EndpointLoad:
+    """What an endpoint's scrapes say of its load: what routing reads (see :meth:`Scraper.load`)."""
+
+    in_engine: float | None  # running + waiting at the last scrape, None when that is too old
+    queued: bool  # requests waited at two scrapes in a row
+    capacity: int | None  # the most seen running while others waited (the engine's seats)
+
+
 @dataclass
 class Scraper:
-    """Scrapes every endpoint of every pool; the policy reads :attr:`by_endpoint`."""
+    """Scrapes every endpoint of every pool; routing reads it through :meth:`load`, :meth:`drafts`
+    and :meth:`snapshots`."""
 
     client: httpx.AsyncClient
     pools: Mapping[PoolName, Pool]
@@ -239,6 +249,30 @@ class Scraper:
         if state is None or state.endpoint is not endpoint:
             state = self.by_endpoint[id(endpoint)] = EndpointScrape(endpoint)
         return state
+
+    def load(self, endpoint: Endpoint, max_age_s: float, now: float | None = None) -> EndpointLoad | None:
+        """The endpoint's load as last scraped; ``None`` before its first successful scrape."""
+        state = self._state(endpoint)
+        if state is None or state.reading is None:
+            return None
+        age = state.age(now)
+        fresh = age is not None and age <= max_age_s
+        r = state.reading
+        in_engine = (r.running or 0.0) + (r.waiting or 0.0) if fresh else None
+        return EndpointLoad(in_engine, state.queued if fresh else False, state.capacity)
+
+    def drafts(self, endpoint: Endpoint) -> int | None:
+        """How many tokens the endpoint drafts per step (k), as its counters' labels say."""
+        state = self._state(endpoint)
+        return state.k if state is not None else None
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        """Every endpoint's scrape state, for ``/admin/routing``."""
+        return [s.snapshot() for s in self.by_endpoint.values()]
+
+    def _state(self, endpoint: Endpoint) -> EndpointScrape | None:
+        state = self.by_endpoint.get(id(endpoint))
+        return state if state is not None and state.endpoint is endpoint else None
 
     def endpoints(self) -> list[Endpoint]:
         return [e for p in self.pools.values() for e in p.endpoints]

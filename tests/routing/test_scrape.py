@@ -169,3 +169,17 @@ def test_a_request_waiting_for_the_next_step_is_not_a_queue():
         state.update(Reading(float(t), running=2, waiting=1 if t % 2 else 0), None)
         assert not state.queued
     assert state.capacity is None
+
+
+def test_routing_reads_load_and_drafts_through_the_scrapers_interface():
+    scraper, (s0, s1) = _scraper(lambda request: httpx.Response(503))
+    assert scraper.load(s0, max_age_s=5.0) is None and scraper.drafts(s0) is None  # never scraped
+    state = scraper.of(s0)
+    state.update(Reading(10.0, running=4, waiting=2, per_pos=(5.0, 4.0, 3.0)), None)
+    state.update(Reading(11.0, running=4, waiting=3, per_pos=(6.0, 5.0, 4.0)), None)
+    fresh = scraper.load(s0, max_age_s=5.0, now=12.0)
+    assert fresh is not None and (fresh.in_engine, fresh.queued, fresh.capacity) == (7.0, True, 4)
+    stale = scraper.load(s0, max_age_s=5.0, now=30.0)
+    assert stale is not None and (stale.in_engine, stale.queued, stale.capacity) == (None, False, 4)
+    assert scraper.drafts(s0) == 3 and scraper.drafts(s1) is None
+    assert [snap["endpoint"] for snap in scraper.snapshots()] == ["s0"]
