@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from gateway.config import Strategy
 from gateway.observability import Metrics, access_log
 from gateway.routing.policy import Decision, Feedback, Outcome, Policy
 from gateway.speculation import Measured, from_server, from_token_steps
@@ -122,6 +123,19 @@ class Observer:
         self.speculative_k = speculative_k
         self.access_log = access_log
         self.log_prompts = log_prompts
+
+    def decided(self, decision: Decision, strategy: Strategy) -> None:
+        """Count a routing decision: which pool, why, the predicted speedup, exploration."""
+        self.metrics.decisions.labels(strategy.value, decision.pool, decision.reason).inc()
+        if decision.predicted_speedup is not None:
+            self.metrics.predicted_speedup.labels(decision.prompt_class).observe(decision.predicted_speedup)
+        if decision.explore:
+            self.metrics.exploration.labels(decision.kind).inc()
+
+    def forwarded(self, decision: Decision, pool: PoolName) -> None:
+        """Count a request that an endpoint of the other pool took (the decided pool had none)."""
+        if pool != decision.pool:
+            self.metrics.failovers.labels(decision.pool, pool).inc()
 
     def record(
         self,

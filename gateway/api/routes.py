@@ -79,59 +79,28 @@ class Exchange:
 
 
 async def _handle(request: Request, api: Api) -> Response:
+    """One request's path, top to bottom: validate → classify and decide → forward (measure) → observe."""
     gw = _gateway(request)
     ex = Exchange(gw, api, perf_counter(), request.headers.get("x-request-id") or os.urandom(8).hex())
     try:
-        check_key(request, gw.settings.auth.api_keys)
-        body = await read_body(request, gw.settings.limits.max_body_bytes, gw.settings.server.body_timeout_s)
-        payload = ex.payload = parse_body(body, api, gw.models)
+        raw, payload = await _validate(request, ex)
+        ex.payload = payload
         forced = forced_pool(request, gw.settings.routing.allow_pool_override)
         decision = ex.decision = gw.policy.decide(RouteRequest(payload, api, forced))
-        gw.metrics.decisions.labels(gw.policy.strategy.value, decision.pool, decision.reason).inc()
-        if decision.predicted_speedup is not None:
-            gw.metrics.predicted_speedup.labels(decision.prompt_class).observe(decision.predicted_speedup)
-        if decision.explore:
-            gw.metrics.exploration.labels(decision.kind).inc()
-        headers = {
-            "content-type": "application/json",
-            "accept-encoding": "identity",
-            "x-request-id": ex.request_id,
-        }
-        auth = gw.settings.auth
-        if auth.forward_client_authorization and not auth.api_keys and "authorization" in request.headers:
-            # an upstream key configured for the endpoint replaces it (see upstream.credentials)
-            headers["authorization"] = request.headers["authorization"]
-        meter: StreamMeter | None = None
-        resume: Resumption | None = None
-        if payload.get("stream") is True:
-            upstream_payload = payload
-            if gw.settings.retries.resume_streams and refusal(payload, api == "chat") is None:
-                resume = Resumption(api == "chat", PATHS[api], payload, headers)
-                upstream_payload = resume.upstream_payload(gw.settings.retries.resume_with_token_ids)
-            body, wants_usage, wants_continuous = request_usage(upstream_payload)
-            meter = StreamMeter(ex.started, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
-            if resume is not None:
-                meter.transcript = resume.transcript
-                meter.strip_token_ids = resume.strip_token_ids
-        elif decision.pool == "speculative" and can_assemble(payload, api):
-            # stream from upstream to measure acceptance; the client still gets one JSON body
-            body = stream_body(payload)
-            meter = StreamMeter(ex.started, collect=[])
-        if meter is None:
+        gw.observer.decided(decision, gw.policy.strategy)
+        out = _upstream_request(request, ex, raw, payload)
+        if out.meter is None:
             # vLLM sends a non-streamed response's headers only when it is complete: its first byte
             # may take as long as the whole request may (timeouts.total_s).
-            sent, content = await _unless_disconnected(
-                request,
-                gw.upstreams.fetch(
-                    PATHS[api], body, headers, decision.pool, first_byte_s=gw.settings.timeouts.total_s
-                ),
+            fetched = gw.upstreams.fetch(
+                PATHS[api], out.body, out.headers, decision.pool, first_byte_s=gw.settings.timeouts.total_s
             )
-            if sent.pool != decision.pool:
-                gw.metrics.failovers.labels(decision.pool, sent.pool).inc()
+            sent, content = await _unless_disconnected(request, fetched)
+            gw.observer.forwarded(decision, sent.pool)
             return _complete(ex, sent, content)
         tried: list[Endpoint] = []
         sent = await _unless_disconnected(
-            request, gw.upstreams.send(PATHS[api], body, headers, decision.pool, tried=tried)
+            request, gw.upstreams.send(PATHS[api], out.body, out.headers, decision.pool, tried=tried)
         )
     except APIError as e:
         _finish(ex, None, e.status)
@@ -139,27 +108,79 @@ async def _handle(request: Request, api: Api) -> Response:
         message = f"{e.message} (request id {ex.request_id})" if e.status >= 500 else e.message
         return error_response(e.status, message, e.param, {**e.headers, **ex.headers(pool)})
 
-    out_headers = ex.headers(sent.pool)
-    if sent.pool != decision.pool:
-        gw.metrics.failovers.labels(decision.pool, sent.pool).inc()
+    gw.observer.forwarded(decision, sent.pool)
     status = sent.response.status
-    media_type = sent.response.headers.get("content-type", "application/json")
-    if status < 300 and meter.collect is not None:
+    if status >= 300:
+        return await _passed_through(request, ex, sent)
+    meter = out.meter
+    if meter.collect is not None:  # a non-streamed request streamed upstream to be measured
 
         async def resend(error: UpstreamError) -> Sent:
             return await gw.upstreams.send(
-                PATHS[api], body, headers, decision.pool, tried=tried, last_error=error
+                PATHS[api], out.body, out.headers, decision.pool, tried=tried, last_error=error
             )
 
         return await _assembled(request, ex, sent, tried, resend)
-    if status < 300:
 
-        def done(s: Sent, failed: int | None) -> None:
-            _finish(ex, s, failed or status, meter, resumption=resume)
+    def done(s: Sent, failed: int | None) -> None:
+        _finish(ex, s, failed or status, meter, resumption=out.resume)
 
-        chunks = _ending_with_error_event(gw.upstreams.relay(sent, meter, done, resume))
-        return Relay(chunks, status, headers=out_headers, media_type=media_type)
-    return await _passed_through(request, ex, sent)
+    chunks = _ending_with_error_event(gw.upstreams.relay(sent, meter, done, out.resume))
+    media_type = sent.response.headers.get("content-type", "application/json")
+    return Relay(chunks, status, headers=ex.headers(sent.pool), media_type=media_type)
+
+
+async def _validate(request: Request, ex: Exchange) -> tuple[bytes, dict[str, Any]]:
+    """The caller's key, then the body: read within its limits, JSON, every field of the right type."""
+    settings = ex.gw.settings
+    check_key(request, settings.auth.api_keys)
+    body = await read_body(request, settings.limits.max_body_bytes, settings.server.body_timeout_s)
+    return body, parse_body(body, ex.api, ex.gw.models)
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    """What goes upstream for one client request, and how its answer is measured."""
+
+    body: bytes
+    headers: dict[str, str]
+    meter: StreamMeter | None = None  # streams (and measured non-streamed requests) are metered
+    resume: Resumption | None = None  # a stream that may go on elsewhere if it breaks
+
+
+def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[str, Any]) -> UpstreamRequest:
+    """The body and headers to send, with a meter for streams and for measured non-streamed requests.
+
+    Streams ask for per-chunk usage (acceptance is read from it) and, when resumable, for what a
+    resumption needs; a non-streamed request routed to the speculative pool is streamed upstream, to be
+    measured, and assembled into one body for the client.
+    """
+    gw, api = ex.gw, ex.api
+    assert ex.decision is not None
+    headers = {
+        "content-type": "application/json",
+        "accept-encoding": "identity",
+        "x-request-id": ex.request_id,
+    }
+    auth = gw.settings.auth
+    if auth.forward_client_authorization and not auth.api_keys and "authorization" in request.headers:
+        # an upstream key configured for the endpoint replaces it (see upstream.credentials)
+        headers["authorization"] = request.headers["authorization"]
+    if payload.get("stream") is True:
+        resume = None
+        upstream_payload = payload
+        if gw.settings.retries.resume_streams and refusal(payload, api == "chat") is None:
+            resume = Resumption(api == "chat", PATHS[api], payload, headers)
+            upstream_payload = resume.upstream_payload(gw.settings.retries.resume_with_token_ids)
+        body, wants_usage, wants_continuous = request_usage(upstream_payload)
+        meter = StreamMeter(ex.started, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
+        if resume is not None:
+            meter.transcript = resume.transcript
+            meter.strip_token_ids = resume.strip_token_ids
+        return UpstreamRequest(body, headers, meter, resume)
+    if ex.decision.pool == "speculative" and can_assemble(payload, api):
+        return UpstreamRequest(stream_body(payload), headers, StreamMeter(ex.started, collect=[]))
+    return UpstreamRequest(raw, headers)  # the client's bytes, as they came
 
 
 async def _passed_through(request: Request, ex: Exchange, sent: Sent) -> Response:
