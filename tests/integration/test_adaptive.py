@@ -163,6 +163,7 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+@pytest.mark.timing  # compares measured TPOTs: `make test-timing`
 def test_adaptive_close_to_oracle_and_better_than_always(adaptive, forced):
     # warm-up: the speedup model learns the step time, and the acceptance model sees every prompt
     # once (on a cold start it explores the ones whose acceptance it cannot tell yet)
@@ -202,6 +203,7 @@ def _control(url: str, **changes: float) -> None:
     assert httpx.post(url + "/emulator/control", json=changes, timeout=10).status_code == 200
 
 
+@pytest.mark.timing  # compares measured TPOTs: `make test-timing`
 def test_share_follows_acceptance_drift(pools, workdir):
     # configured with the true draft cost, so that only the acceptance has to be learned here
     gw = _gateway(pools, workdir, "drift", "adaptive", c=C_TRUE, exploration_rate=0.2)
@@ -283,6 +285,7 @@ def _background(url: str, n: int, stop: threading.Event) -> list[threading.Threa
     return threads
 
 
+@pytest.mark.timing  # compares measured TPOTs: `make test-timing`
 def test_overloaded_speculative_pool_no_worse_than_baseline(pools, adaptive, forced):
     stop = threading.Event()
     threads = _background(pools["speculative"].url, 22, stop)  # past max-num-seqs 16: a queue
@@ -400,6 +403,7 @@ def test_assembled_body_equals_upstream_non_streamed(pools, forced, api):
         assert list(a) == list(b)
 
 
+@pytest.mark.timing  # compares measured TPOTs: `make test-timing`
 def test_adaptive_learns_a_draft_model_unlike_the_prior(tmp_path):
     """The emulated draft model is strong where the classifier's prior expects a loss (fiction) and
     slower than no speculation where it expects its best (data formats, copying, counting).
