@@ -386,7 +386,8 @@ def _cmpl_event(
     return _sse({**obj, "choices": [choice], "usage": usage})
 
 
-async def test_a_completion_with_token_ids_continues_from_the_ids() -> None:
+def _token_id_streams() -> tuple[ScriptedSSE, ScriptedSSE]:
+    """A completion with token ids that breaks after two events, and its continuation from the ids."""
     first = [
         _cmpl_event("a", " up", [70], 1, [1, 44]),
         _cmpl_event("a", "on", [71], 2, None),
@@ -397,7 +398,11 @@ async def test_a_completion_with_token_ids_continues_from_the_ids() -> None:
         _cmpl_event("b", " time", [73], 2, None, finish="length"),
         _sse("[DONE]"),
     ]
-    spec, base = ScriptedSSE(first, break_after=2), ScriptedSSE(rest)
+    return ScriptedSSE(first, break_after=2), ScriptedSSE(rest)
+
+
+async def test_a_completion_with_token_ids_continues_from_the_ids() -> None:
+    spec, base = _token_id_streams()
     payload = {"model": "m", "prompt": "Once", "max_tokens": 4, "stream": True, "return_token_ids": True}
     async with _pools(spec, base) as upstreams:
         events, _ = await _relay(upstreams, payload, chat=False)
@@ -410,17 +415,7 @@ async def test_a_completion_with_token_ids_continues_from_the_ids() -> None:
 
 
 async def test_ids_the_gateway_asked_for_resume_exactly_and_stay_hidden() -> None:
-    first = [
-        _cmpl_event("a", " up", [70], 1, [1, 44]),
-        _cmpl_event("a", "on", [71], 2, None),
-        _cmpl_event("a", " a", [72], 3, None),
-    ]
-    rest = [
-        _cmpl_event("b", " a", [72], 1, [1, 44, 70, 71]),
-        _cmpl_event("b", " time", [73], 2, None, finish="length"),
-        _sse("[DONE]"),
-    ]
-    spec, base = ScriptedSSE(first, break_after=2), ScriptedSSE(rest)
+    spec, base = _token_id_streams()
     payload = {"model": "m", "prompt": "Once", "max_tokens": 4, "stream": True}
     resume = Resumption(False, "/v1/completions", payload, {})
     upstream = resume.upstream_payload(with_token_ids=True)
