@@ -36,11 +36,14 @@ class Metrics:
     ece: float
 
 
-def metrics(y: Sequence[int], p: Sequence[float]) -> Metrics:
+def metrics(y: Sequence[int], p: Sequence[float], label: Sequence[int] | None = None) -> Metrics:
+    """Ranking and calibration from ``p``; the counts from ``label`` (the model's own decision, whose
+    threshold need not be 0.5), or ``p > 0.5`` without it."""
+    hard = [int(pi > 0.5) for pi in p] if label is None else list(label)
     pos = [pi for yi, pi in zip(y, p, strict=True) if yi == 1]
     neg = [pi for yi, pi in zip(y, p, strict=True) if yi == 0]
-    tp = sum(1 for pi in pos if pi > 0.5)
-    tn = sum(1 for pi in neg if pi <= 0.5)
+    tp = sum(1 for yi, li in zip(y, hard, strict=True) if yi == 1 and li == 1)
+    tn = sum(1 for yi, li in zip(y, hard, strict=True) if yi == 0 and li == 0)
     fp = len(neg) - tn
     recalls = [r for r in (tp / len(pos) if pos else None, tn / len(neg) if neg else None) if r is not None]
     ba = sum(recalls) / len(recalls) if recalls else float("nan")
@@ -103,13 +106,17 @@ class Result:
     rows: list[Row]
     p: list[float]
     baseline: list[float]
+    label: list[int]  # the model's decision (1 = structured), at its own threshold
 
     def binary(self, which: str = "model", where: Callable[[Row], bool] = lambda r: True) -> Metrics:
         probs = self.p if which == "model" else self.baseline
-        pairs = [
-            (r.y, pi) for r, pi in zip(self.rows, probs, strict=True) if r.label != "ambiguous" and where(r)
+        labels = self.label if which == "model" else [int(b > 0.5) for b in self.baseline]
+        kept = [
+            (r.y, pi, li)
+            for r, pi, li in zip(self.rows, probs, labels, strict=True)
+            if r.label != "ambiguous" and where(r)
         ]
-        return metrics([a for a, _ in pairs], [b for _, b in pairs])
+        return metrics([a for a, _, _ in kept], [b for _, b, _ in kept], [c for _, _, c in kept])
 
     def ambiguous_mean(self) -> float:
         ps = [pi for r, pi in zip(self.rows, self.p, strict=True) if r.label == "ambiguous"]
@@ -142,23 +149,27 @@ def leave_one_source_out(
     ordered: list[Row] = []
     p: list[float] = []
     base: list[float] = []
+    label: list[int] = []
     for k, s in enumerate(d.sources):
         test_idx = np.flatnonzero(d.source_of == k)
         train_idx = np.flatnonzero(d.source_of != k)
         t0 = time.perf_counter()
         clf = fit_design(d, train_idx, opts)
         test = [d.rows[i] for i in test_idx]
-        ps = [clf.predict(r.body).p_structured for r in test]
+        preds = [clf.predict(r.body) for r in test]
+        ps = [pr.p_structured for pr in preds]
+        ls = [int(pr.label == "structured") for pr in preds]
         ordered.extend(test)
         p.extend(ps)
+        label.extend(ls)
         base.extend(_length_baseline([d.rows[i] for i in train_idx], test))
-        binary = [(r.y, pi) for r, pi in zip(test, ps, strict=True) if r.label != "ambiguous"]
-        m = metrics([a for a, _ in binary], [b for _, b in binary])
+        binary = [(r.y, pi, li) for r, pi, li in zip(test, ps, ls, strict=True) if r.label != "ambiguous"]
+        m = metrics([a for a, _, _ in binary], [b for _, b, _ in binary], [c for _, _, c in binary])
         log(
             f"  held out {s:<55} n={m.n:>5}  balanced acc {m.balanced_accuracy:.3f}"
             f"  ({time.perf_counter() - t0:.1f} s)"
         )
-    return Result(ordered, p, base)
+    return Result(ordered, p, base, label)
 
 
 def _slice_row(name: str, m: Metrics, b: Metrics | None = None) -> str:

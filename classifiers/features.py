@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from classifiers.request import RequestView
 
-HEAD, TAIL = 250, 500  # scanned window of the main text (structural cues)
-TAIL_NS = 320  # the "instruction" windows: last and first characters of the main text
-HEAD_NS = 240
+HEAD, TAIL = 250, 300  # scanned window of the main text (structural cues)
+TAIL_NS = 240  # the "instruction" windows: last and first characters of the main text
+HEAD_NS = 160
 CONTEXT_WINDOW = 600  # head and tail of the chat context
 CJK_MAX = 800
 CONTEXT_HEAD_NS = 300  # the instruction window of the chat context (its system prompt)
@@ -139,13 +139,15 @@ _CONTEXT_KEYS = [(f"ctx_{name}", CUES[name]) for name in CONTEXT_CUES]
 # passage, code or table), and each window is its own namespace: "copy lines 3-5" in the tail weighs as an
 # instruction whatever the pasted text is about.
 CHAR_HEAD = 120
-CHAR_TAIL = 240
-CHAR_BODY = 160  # read at each end of the body (the text between head and tail)
+CHAR_TAIL = 160
+CHAR_BODY = 64  # read at each end of the body (the text between head and tail)
 CHAR_CONTEXT = 300
 _HT_ORDERS = (3,)
 _BODY_ORDERS = (3,)
 # slicing with prebuilt slice objects keeps the per-n-gram work in C (``map(str.__getitem__, ...)``)
-_SLICES = {n: [slice(i, i + n) for i in range(2 * CHAR_BODY + 8)] for n in (2, 3, 4)}
+_SLICES = {
+    n: [slice(i, i + n) for i in range(max(2 * CHAR_BODY, CHAR_TAIL, CHAR_CONTEXT) + 8)] for n in (2, 3, 4)
+}
 _DIGITS = str.maketrans("0123456789", "0000000000")
 
 

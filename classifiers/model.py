@@ -81,10 +81,12 @@ class Classifier:
     def score(self, f: Features) -> float:
         """Calibrated log-odds of the prompt alone."""
         z = self.bias
-        for _, grams, table in self._parts(f):
-            if grams:
+        sparse, tables = f.sparse, self.sparse
+        for ns in NAMESPACES:
+            grams = sparse[ns]
+            if grams and ns in tables:
                 # map/filter run in C: misses give None and drop out
-                z += sum(filter(None, map(table.get, grams))) / math.sqrt(len(grams))
+                z += sum(filter(None, map(tables[ns].get, grams))) / math.sqrt(len(grams))
         dense = self.dense
         for k, v in f.dense.items():
             if v:

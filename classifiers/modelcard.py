@@ -30,6 +30,25 @@ def _licences(rows: Sequence[data.Row]) -> str:
     return "\n".join(lines)
 
 
+def _calibration(clf: Classifier) -> str:
+    opts = clf.meta["options"]
+    folds = opts.get("calibration_folds", 4)
+    if opts.get("calibration", "balanced") == "prior":
+        return (
+            f"- Calibration: Platt scaling on out-of-fold scores whose {folds} folds are split by "
+            "source (so the scores are those of sources the fold's model never saw), fitted on the "
+            "rows as they come and folded into the weights: `p_structured` matches the observed share "
+            "of structured rows (no class balancing, which pulled the probabilities towards 0.5). The "
+            f"label keeps the equal-prior decision: structured when `p_structured > {clf.threshold}`, "
+            "the probability at which a class-balanced fit of the same scores crosses 0.5, so both "
+            "classes keep the same recall."
+        )
+    return (
+        f"- Calibration: Platt scaling on out-of-fold scores whose {folds} folds are split by source, folded "
+        "into the weights. The scores are class-balanced, so probabilities are calibrated for equal priors."
+    )
+
+
 def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, Any], bench: str) -> str:
     from classifiers.evaluate import report
 
@@ -44,7 +63,8 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         "from the prompt or tightly constrained: code, SQL/regex/shell, JSON/tables, tool calls, extraction, "
         "answers read from a given passage, summaries or rewrites of a provided text) — where speculative "
         "decoding pays off — or *open-ended* (stories, poems, opinions, advice, open questions, role-play, "
-        "chit-chat). Output: a calibrated `p_structured`, a label (`p > 0.5`) and a coarse `kind`.",
+        "chit-chat). Output: a calibrated `p_structured`, a label (`p_structured > "
+        f"{clf.threshold}`) and a coarse `kind`.",
         "",
         "Regenerate this card, the artefact and every figure below with `specroute train` (reads the corpus "
         "from `../shared/data` next to the repository, or `--data PATH`). The evaluation alone: "
@@ -78,8 +98,7 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         "(< 300 / 300-1,500 / > 1,500 characters), so that length cannot separate the classes.",
         "- `ambiguous` rows (math word problems, translation, label-only classification, multiple "
         "choice) are left out of the objective; their mean held-out `p_structured` is reported below.",
-        "- Calibration: Platt scaling on out-of-fold scores whose four folds are split by source, folded "
-        "into the weights. The scores are class-balanced, so probabilities are calibrated for equal priors.",
+        _calibration(clf),
         "- Inference is plain Python (regexes, `str` methods, slicing with prebuilt slice objects, set and "
         "dict lookups; no scikit-learn or numpy). Artefact: gzipped JSON of feature → weight "
         "(`classifiers/model/model.json.gz`), no pickle; retraining on the same corpus gives the same bytes.",

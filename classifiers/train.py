@@ -44,8 +44,11 @@ class Options:
     balance_length: bool = True
     balance_language: bool = True
     calibrate: bool = True
-    calibration_folds: int = 4
-    max_features: int = 120_000  # largest weights kept in the shipped artefact
+    calibration_folds: int = 10
+    # "prior": Platt scaling on the out-of-fold scores as they come (probabilities match the corpus' class
+    # mix); "balanced": each class weighing the same (probabilities for equal priors)
+    calibration: str = "balanced"
+    max_features: int = 40_000  # largest weights kept in the shipped artefact
     exclude: tuple[str, ...] = ("d:len", "d:context_len")  # length must not be the signal
 
 
@@ -148,7 +151,8 @@ def weights(rows: Sequence[Row], opts: Options) -> np.ndarray:
         s = w[mask].sum()
         if s > 0:
             w[mask] *= target / s
-    return w * (len(rows) / max(w.sum(), 1e-12))
+    out: np.ndarray = w * (len(rows) / max(w.sum(), 1e-12))
+    return out
 
 
 def _balance_languages(rows: Sequence[Row], w: np.ndarray, y: np.ndarray) -> None:
@@ -179,7 +183,8 @@ def _vocabulary(d: Design, train_sources: np.ndarray, opts: Options) -> np.ndarr
     nsrc = np.asarray((sub > 0).sum(axis=0)).ravel()
     is_dense = np.asarray([n.startswith("d:") for n in d.names], dtype=bool)
     keep = ((nsrc >= opts.min_sources) & (df >= opts.min_df)) | (is_dense & (df > 0))
-    return keep & ~d.excluded
+    mask: np.ndarray = keep & ~d.excluded
+    return mask
 
 
 def _sgd(X: Any, y: np.ndarray, w: np.ndarray, opts: Options) -> Any:
@@ -211,7 +216,7 @@ def fit_design(d: Design, train_idx: np.ndarray, opts: Options | None = None) ->
     cols = np.flatnonzero(_vocabulary(d, np.unique(d.source_of[idx]), opts))
     X = d.X[idx][:, cols]
     model = _sgd(X, y, w, opts)
-    a, b = 1.0, 0.0
+    a, b, threshold = 1.0, 0.0, 0.5
     if opts.calibrate:
         oof = np.zeros(len(y))
         groups = d.source_of[idx]
@@ -222,14 +227,24 @@ def fit_design(d: Design, train_idx: np.ndarray, opts: Options | None = None) ->
             te = folds == k
             if te.any() and (~te).any() and len(np.unique(y[~te])) == 2:
                 oof[te] = _sgd(X[~te], y[~te], w[~te], opts).decision_function(X[te])
-        # calibrated on the rows as they come, each class weighing the same: the training weights stress
-        # the hard cells (languages, long open-ended prompts) and would flatten the slope
+        # the training weights stress the hard cells (languages, long open-ended prompts) and would flatten
+        # the slope, so the calibration sees the rows as they come
+        s = oof.reshape(-1, 1)
         balanced = np.where(y == 1, 0.5 / max(y.sum(), 1), 0.5 / max(len(y) - y.sum(), 1))
-        platt = LogisticRegression(C=1e4, solver="lbfgs").fit(oof.reshape(-1, 1), y, sample_weight=balanced)
-        a, b = float(platt.coef_[0, 0]), float(platt.intercept_[0])
+        even = LogisticRegression(C=1e4, solver="lbfgs").fit(s, y, sample_weight=balanced)
+        a, b = float(even.coef_[0, 0]), float(even.intercept_[0])
+        if opts.calibration == "prior":
+            # the label keeps the equal-prior decision (the score where the balanced fit crosses 0.5), so
+            # both classes keep the same recall; p_structured itself matches the observed frequencies
+            cut = -b / a if a else 0.0
+            plain = LogisticRegression(C=1e4, solver="lbfgs").fit(s, y)
+            a, b = float(plain.coef_[0, 0]), float(plain.intercept_[0])
+            threshold = round(1.0 / (1.0 + math.exp(-(a * cut + b))), 5)
     coef = model.coef_[0] * a
     bias = float(model.intercept_[0]) * a + b
-    return export(coef, bias, [d.names[c] for c in cols], opts, rows=len(idx))
+    clf = export(coef, bias, [d.names[c] for c in cols], opts, rows=len(idx))
+    clf.threshold = threshold
+    return clf
 
 
 def export(coef: np.ndarray, bias: float, names: Sequence[str], opts: Options, rows: int) -> Classifier:
@@ -257,6 +272,8 @@ def export(coef: np.ndarray, bias: float, names: Sequence[str], opts: Options, r
             "min_df": opts.min_df,
             "redteam_weight": opts.redteam_weight,
             "balance_length": opts.balance_length,
+            "calibration": opts.calibration,
+            "calibration_folds": opts.calibration_folds,
         },
         "rows": rows,
         "features": kept + len(dense),

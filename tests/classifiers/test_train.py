@@ -1,6 +1,7 @@
 """Training and evaluation on a small hand-written corpus (``fixtures/prompts-train.jsonl``), never the
 shared one."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -124,3 +125,45 @@ def test_loso_predicts_each_row_once_from_a_model_without_its_source(rows: list[
     assert [pooled[r.id] for r in held] == pytest.approx(
         [alone.predict(r.body).p_structured for r in held], abs=1e-3
     )
+
+
+def _skewed_rows(sources: range) -> list[Row]:
+    """Three structured rows to every open-ended one, over eight sources, with words shared across classes
+    so that the out-of-fold scores overlap."""
+    rows = []
+    topics = ["list", "table", "city", "river", "number", "python", "story", "song"]
+    for s in sources:
+        for i in range(12):
+            t = topics[(s + i) % len(topics)]
+            # one structured row in six reads like the open-ended ones, one open-ended row in four like these
+            text = "tell me what you think about" if i % 6 == 0 else "extract the names from"
+            rows.append(replace(_row(f"src{s}", "structured", f"{text} the {t} {s} {i}"), id=f"s{s}-{i}"))
+        for i in range(4):
+            t = topics[(s + 2 * i) % len(topics)]
+            text = "extract the names from" if i == 0 else "tell me what you think about"
+            rows.append(replace(_row(f"src{s}", "open-ended", f"{text} the {t} {s} {i}"), id=f"o{s}-{i}"))
+    return rows
+
+
+def test_prior_calibration_matches_the_class_mix_and_keeps_the_balanced_decision() -> None:
+    rows, unseen = _skewed_rows(range(8)), _skewed_rows(range(8, 12))
+    opts = Options(min_df=1, epochs=20, calibration_folds=4, balance_length=False, calibration="prior")
+    prior = fit(rows, opts)
+    even = fit(rows, replace(opts, calibration="balanced"))
+    share = sum(r.y for r in unseen) / len(unseen)
+    mean_prior = sum(prior.predict(r.body).p_structured for r in unseen) / len(unseen)
+    mean_even = sum(even.predict(r.body).p_structured for r in unseen) / len(unseen)
+    # on sources it never saw, the probabilities follow the 3:1 mix instead of equal priors ...
+    assert abs(mean_prior - share) < abs(mean_even - share)
+    # ... while the label still cuts where the class-balanced fit does
+    assert even.threshold == 0.5 and prior.threshold > 0.5
+    labels_prior = [prior.predict(r.body).label for r in rows + unseen]
+    labels_even = [even.predict(r.body).label for r in rows + unseen]
+    assert labels_prior == labels_even
+
+
+def test_metrics_count_the_models_own_labels() -> None:
+    # p 0.6 under a 0.7 threshold is an open-ended label: balanced accuracy follows the label, AUC the score
+    m = metrics([1, 0, 0], [0.9, 0.6, 0.1], [1, 0, 0])
+    assert m.balanced_accuracy == 1.0 and m.auc == 1.0
+    assert metrics([1, 0, 0], [0.9, 0.6, 0.1]).balanced_accuracy == 0.75
