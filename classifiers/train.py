@@ -91,13 +91,15 @@ def design(rows: Sequence[Row], opts: Options | None = None) -> Design:
 
     opts = opts or Options()
     feats = featurise(rows)
-    index: dict[str, int] = {}
+    # columns in name order: the grams come out of sets, whose order follows the per-process string hash,
+    # and the order of the columns reaches the fitted weights (summation order, ties at the cut-off)
+    index = {k: i for i, k in enumerate(sorted({k for d in feats for k in d}))}
     indptr = [0]
     indices: list[int] = []
     values: list[float] = []
     for d in feats:
         for k, v in d.items():
-            indices.append(index.setdefault(k, len(index)))
+            indices.append(index[k])
             values.append(v)
         indptr.append(len(indices))
     X = csr_matrix(

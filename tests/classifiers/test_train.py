@@ -1,6 +1,9 @@
 """Training and evaluation on a small hand-written corpus (``fixtures/prompts-train.jsonl``), never the
 shared one."""
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -167,3 +170,31 @@ def test_metrics_count_the_models_own_labels() -> None:
     m = metrics([1, 0, 0], [0.9, 0.6, 0.1], [1, 0, 0])
     assert m.balanced_accuracy == 1.0 and m.auc == 1.0
     assert metrics([1, 0, 0], [0.9, 0.6, 0.1]).balanced_accuracy == 0.75
+
+
+FIT_TWO_TEMPLATES = """
+import json
+from classifiers.data import Row
+from classifiers.train import Options, fit
+rows = []
+for s in range(6):
+    for i in range(6):
+        for kind, label, text in (("a", "structured", "extract the names from table"),
+                                  ("b", "open-ended", "tell me a story about a dragon")):
+            rows.append(Row(id=f"{kind}{s}{i}", source=f"s{s}", license="MIT", category="c", label=label,
+                            body={"prompt": f"{text} {i}"}))
+# grams that always come together get the same weight: which of them ship must not depend on set order
+print(json.dumps(fit(rows, Options(min_df=1, max_features=6, calibrate=False)).to_json(), sort_keys=True))
+"""
+
+
+def test_fit_is_the_same_whatever_the_string_hash_seed() -> None:
+    # the grams come out of sets, whose order follows PYTHONHASHSEED; the artefact must not
+    out = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run(
+            [sys.executable, "-c", FIT_TWO_TEMPLATES], env=env, capture_output=True, text=True, check=True
+        )
+        out.add(run.stdout)
+    assert len(out) == 1
