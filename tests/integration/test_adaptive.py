@@ -183,11 +183,17 @@ def test_adaptive_close_to_oracle_and_better_than_always(adaptive, forced):
     tpot = {name: _mean([r[name]["tpot"] for r in rows]) for name in rows[0]}
     print("mean TPOT ms:", {k: round(v * 1000, 2) for k, v in tpot.items()})
     print("adaptive decisions:", [(r["adaptive"]["pool"][:4], r["adaptive"]["reason"]) for r in rows])
-    assert tpot["adaptive"] <= 1.05 * tpot["oracle"]
+    # the decisions: the oracle's pool for every prompt but what exploration sends elsewhere
+    chosen = [
+        (r["adaptive"]["pool"], r["adaptive"]["reason"], _oracle_pool(r["adaptive"]["prompt"])) for r in rows
+    ]
+    assert sum(pool != oracle and reason != "explore" for pool, reason, oracle in chosen) == 0
+    assert sum(reason == "explore" for _, reason, _ in chosen) <= len(chosen) // 8
+    # the time they save: close to the oracle (one run's noise on a shared machine is a few %), ahead
+    # of either fixed pool
+    assert tpot["adaptive"] <= 1.08 * tpot["oracle"]
     assert tpot["adaptive"] < tpot["always-speculative"]
     assert tpot["adaptive"] < tpot["always-baseline"]
-    structured = [r["adaptive"]["pool"] for r in rows if r["adaptive"]["prompt"] in STRUCTURED]
-    assert structured.count("speculative") == len(structured)
 
     state = _admin(adaptive.url)
     model = state["speedup_model"]
