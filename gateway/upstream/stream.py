@@ -10,6 +10,7 @@ then by cutting the exact ``"usage":{...}`` bytes out rather than re-serialising
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Protocol
@@ -25,6 +26,23 @@ class Transcript(Protocol):
 
 _DATA = b"data: "
 _DONE = b"[DONE]"
+_ERROR = b'"error"'
+
+log = logging.getLogger("specroute.upstream")
+
+
+def _client_safe(event: bytes, error: dict[str, Any]) -> bytes:
+    """An upstream error event as the client may see it: a server error's text (a trace, a path, an
+    address) goes to the log, and the client gets its status and type with a generic message; a client
+    error (4xx) is the client's to read and passes as it came."""
+    code = error.get("code")
+    if isinstance(code, int) and code < 500:
+        return event
+    log.warning("upstream error event in a stream: %s", str(error.get("message"))[:2000])
+    status = code if isinstance(code, int) else 500
+    kind = error.get("type") if isinstance(error.get("type"), str) else "InternalServerError"
+    safe = {"message": f"the upstream reported an error (HTTP {status})", "type": kind, "param": None}
+    return _DATA + orjson.dumps({"error": {**safe, "code": status}})
 
 
 def request_usage(payload: dict[str, Any]) -> tuple[bytes, bool, bool]:
@@ -83,7 +101,7 @@ class StreamMeter:
     def feed(self, raw: bytes) -> bytes:
         """Take raw upstream bytes; return the bytes to send to the client now."""
         buf = self._buf + raw if self._buf else raw
-        if self.keep_continuous and self.keep_usage_chunk and not self.strip_token_ids:
+        if self.keep_continuous and self.keep_usage_chunk and not self.strip_token_ids and _ERROR not in buf:
             # Nothing to strip: forward the events as they came, frame only for measurement. Only
             # whole events go out, so that a stream that breaks can be resumed (or end with an error
             # event) on an event boundary.
@@ -146,7 +164,7 @@ class StreamMeter:
             self.transcript.record(obj)
         if "error" in obj:
             self.error = obj["error"] if isinstance(obj["error"], dict) else {"message": str(obj["error"])}
-            return event
+            return _client_safe(event, self.error)
         usage = obj.get("usage")
         choices = obj.get("choices")
         metrics = obj.get("metrics")

@@ -80,7 +80,7 @@ def test_keeps_final_usage_chunk_when_asked(vllm_fixture):
 
 def test_error_event_is_recorded_and_forwarded():
     meter = StreamMeter(0.0, False, False)
-    event = b'data: {"error": {"message": "boom", "type": "InternalServerError", "code": 500}}\n\n'
+    event = b'data: {"error": {"message": "boom", "type": "BadRequestError", "code": 400}}\n\n'
     assert meter.feed(event) == event
     assert meter.error is not None and meter.error["message"] == "boom"
 
@@ -127,3 +127,20 @@ def test_strips_token_ids_the_client_did_not_ask_for(vllm_fixture, name, size):
             choice["prompt_token_ids"] = choice["token_ids"] = None
         assert orjson.loads(g[len(b"data: ") :]) == expected
         assert g == b"data: " + orjson.dumps(expected)  # byte for byte: nothing else re-encoded
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_server_error_event_reaches_the_client_without_its_text(keep: bool) -> None:
+    """A 5xx error event's message (a trace, a path) is for the log; a 4xx one is the client's."""
+    chunk = b'data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":[]}\n\n'
+    server = (
+        b'data: {"error":{"message":"CUDA error at /srv/vllm/worker.py:42",'
+        b'"type":"InternalServerError","code":500}}\n\n'
+    )
+    client = b'data: {"error":{"message":"max_tokens is too large","type":"BadRequestError","code":400}}\n\n'
+    meter = StreamMeter(0.0, keep_usage_chunk=keep, keep_continuous=keep)
+    out = meter.feed(chunk + server) + meter.feed(client + b"data: [DONE]\n\n")
+    assert b"/srv/vllm" not in out and b"CUDA" not in out
+    assert b'"code":500' in out and b"InternalServerError" in out
+    assert client in out and out.endswith(b"data: [DONE]\n\n")
+    assert meter.error is not None and meter.error["code"] == 400  # the last error seen, as it came
