@@ -2,7 +2,7 @@
 
 Every endpoint (2 speculative, 2 baseline) sits behind a fault proxy (:mod:`tests.faultproxy`) that
 answers 1 % of completion requests with a 500, 1 % with a 503 "busy", resets 1 % before any response
-byte, 1 % part-way through the body, and holds 1 % for two seconds before resetting them. The gateway
+byte, 1 % part-way through the body, and holds 1 % for ten seconds before resetting them. The gateway
 runs with its defaults except a first-byte budget below the hang and no access log
 (``FAULTMIX_ATTEMPTS`` sets ``retries.attempts`` to try others). Its promise: no client sees a failure
 before its first byte, streamed or not. Streams cut after bytes reached the client are counted and
@@ -37,7 +37,7 @@ MODEL = "demo-model"
 # a longer run, closer to a production mix, e.g. FAULTMIX_REQUESTS=6000 FAULTMIX_HANG_S=10
 REQUESTS = int(os.environ.get("FAULTMIX_REQUESTS", "2000"))
 CONCURRENCY = 200
-HANG_S = float(os.environ.get("FAULTMIX_HANG_S", "2"))
+HANG_S = float(os.environ.get("FAULTMIX_HANG_S", "10"))
 # About 3 % of tries fail in a way that uses up a try (500, 503, a broken non-streamed body, a hang
 # on a stream; resets before the response are resent at once for free). With the default 3 tries,
 # 1 request in ~37,000 meets a fault on all of them: a 2,000-request run would fail now and then by
