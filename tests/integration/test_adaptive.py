@@ -230,7 +230,7 @@ def test_share_follows_acceptance_drift(pools, workdir):
             return sum(r["reason"] == reason for r in sel) / len(sel)
         return sum(r["pool"] == "speculative" for r in sel) / len(sel)
 
-    window = 30 * SCALE  # the 30 s, time-scaled
+    window = 30 * SCALE  # 30 s of traffic, time-scaled
     with stack.running(gw), ThreadPoolExecutor(2) as ex:
         futures = [ex.submit(worker, j) for j in range(2)]
         try:

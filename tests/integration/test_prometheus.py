@@ -346,7 +346,7 @@ def test_worker_counts_add_up(demo: Stack, prometheus: str, traffic: Sent) -> No
     assert _value(prometheus, "sum(specroute_requests_total)") == len(traffic.ids)
 
 
-REQUIRED_LOG_FIELDS = set(ACCESS_FIELDS)  # every field, the list among them
+REQUIRED_LOG_FIELDS = set(ACCESS_FIELDS)  # every field of the access log
 
 
 def test_access_log_lines(demo: Stack, traffic: Sent) -> None:
