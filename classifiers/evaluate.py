@@ -179,6 +179,22 @@ def _slice_row(name: str, m: Metrics, b: Metrics | None = None) -> str:
     )
 
 
+def _per_value(res: Result, heading: str, column: str, key: Callable[[Row], str]) -> list[str]:
+    """A table of the held-out metrics for each value of ``key`` (a source, a language)."""
+    lines = [
+        "",
+        heading,
+        "",
+        f"| {column} | n | balanced acc | AUC | Brier | ECE |",
+        "|---|---|---|---|---|---|",
+    ]
+    for value in sorted({key(r) for r in res.rows}):
+        m = res.binary(where=lambda r, value=value: key(r) == value)  # type: ignore[misc]
+        if m.n:
+            lines.append(_slice_row(value, m))
+    return lines
+
+
 def report(res: Result, title: str) -> str:
     """Markdown tables: overall and per length bucket (vs the length baseline), per source, per language,
     reliability."""
@@ -199,27 +215,14 @@ def report(res: Result, title: str) -> str:
     lines += [
         "",
         f"Ambiguous rows (not in the binary metrics): mean p_structured {res.ambiguous_mean():.3f}.",
-        "",
+    ]
+    lines += _per_value(
+        res,
         "Per held-out source (accuracy where the source holds one class; AUC where it holds both):",
-        "",
-        "| held-out source | n | balanced acc | AUC | Brier | ECE |",
-        "|---|---|---|---|---|---|",
-    ]
-    for s in sorted({r.source for r in res.rows}):
-        m = res.binary(where=lambda r, s=s: r.source == s)  # type: ignore[misc]
-        if m.n:
-            lines.append(_slice_row(s, m))
-    lines += [
-        "",
-        "Per language:",
-        "",
-        "| language | n | balanced acc | AUC | Brier | ECE |",
-        "|---|---|---|---|---|---|",
-    ]
-    for lang in sorted({r.language for r in res.rows}):
-        m = res.binary(where=lambda r, lang=lang: r.language == lang)  # type: ignore[misc]
-        if m.n:
-            lines.append(_slice_row(lang, m))
+        "held-out source",
+        lambda r: r.source,
+    )
+    lines += _per_value(res, "Per language:", "language", lambda r: r.language)
     y = [r.y for r in res.rows if r.label != "ambiguous"]
     p = [pi for r, pi in zip(res.rows, res.p, strict=True) if r.label != "ambiguous"]
     lines += ["", "Reliability of the pooled held-out predictions:", ""]
