@@ -18,5 +18,22 @@ OTHER_POOL: dict[PoolName, PoolName] = {"speculative": "baseline", "baseline": "
 Api = Literal["completions", "chat"]
 """The OpenAI APIs the gateway classifies and routes."""
 
+Route = Literal[
+    "completions",
+    "chat",
+    "responses",
+    "embeddings",
+    "tokenize",
+    "detokenize",
+    "audio",
+    "score",
+    "rerank",
+    "classify",
+    "pooling",
+    "other",
+]
+"""Every route the gateway serves, as its metrics and access log name it: a bounded set, whatever the
+path (an unknown ``/v1/*`` route passed through is ``other``)."""
+
 PromptClass = Literal["structured", "open-ended"]
 """What the classifier says of a prompt: predictable output (speculation helps) or open-ended prose."""

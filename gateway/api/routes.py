@@ -319,6 +319,9 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         watch.cancel()
 
 
+unless_disconnected = _unless_disconnected  # for the other routes (gateway.api.responses, passthrough)
+
+
 async def _disconnected(request: Request) -> None:
     while True:
         message = await request.receive()
