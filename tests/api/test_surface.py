@@ -209,7 +209,8 @@ def test_other_v1_routes_pass_through_with_a_bounded_label(stack: InProcess) -> 
     form = (
         b'--XX\r\nContent-Disposition: form-data; name="model"\r\n\r\n'
         + MODEL.encode()
-        + b'\r\n--XX\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF\r\n--XX--\r\n'
+        + b'\r\n--XX\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+        + b"\r\nRIFF\r\n--XX--\r\n"
     )
     headers = {**AUTH, "content-type": "multipart/form-data; boundary=XX"}
     r = stack.request("POST", "/v1/audio/transcriptions", content=form, headers=headers)
