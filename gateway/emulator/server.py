@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import random
 import time
 from array import array
@@ -38,6 +39,7 @@ from gateway.emulator.protocol import (
 from gateway.emulator.responses import ResponsesResponder, parse_responses_request
 from gateway.emulator.structured import FixedSource
 from gateway.emulator.textgen import TextSource, opening_categories, split_points
+from gateway.types import RUN_TOKEN_ENV, RUN_TOKEN_HEADER
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -114,6 +116,8 @@ class EmulatorApp:
             ("GET", "/emulator/state"): self._state,
         }
         self._paths = {p for _, p in self.routes}
+        token = os.environ.get(RUN_TOKEN_ENV)
+        self._run_header = [(RUN_TOKEN_HEADER.encode(), token.encode())] if token else []
         logging.getLogger("uvicorn.error").addFilter(_DropResetLogs())
 
     # -- ASGI entry --------------------------------------------------------------------------
@@ -143,7 +147,8 @@ class EmulatorApp:
 
     # -- small endpoints ---------------------------------------------------------------------
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        headers = [(b"content-length", b"0"), *self._run_header]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
 
     async def _version(self, scope: Scope, receive: Receive, send: Send) -> None:
