@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -124,6 +125,8 @@ async def passthrough(request: Request) -> Response:
         observe(gw, rid=rid, route=route, started=started, status=e.status)
         return _error(e, rid)
     status = sent.response.status
+    if status in (404, 405):
+        return await _no_route(request, gw, sent, rid, route, started)
 
     def done(s: Sent, failed: int | None) -> None:
         observe(gw, rid=rid, route=route, started=started, status=failed or status, sent=s)
@@ -132,6 +135,32 @@ async def passthrough(request: Request) -> Response:
     return Relay(
         gw.upstreams.relay(sent, None, done), status, headers=_headers(sent, rid), media_type=media_type
     )
+
+
+async def _no_route(
+    request: Request, gw: state.Gateway, sent: Sent, rid: str, route: Route, started: float
+) -> Response:
+    """An upstream that has no such route (or method): its own error if OpenAI-shaped, else ours.
+
+    vLLM answers an unknown route with FastAPI's ``{"detail": "Not Found"}``; the client gets the
+    gateway's error format, as for every other bad request.
+    """
+    status = sent.response.status
+    try:
+        content = await unless_disconnected(request, gw.upstreams.read_all(sent))
+    except APIError as e:
+        observe(gw, rid=rid, route=route, started=started, status=e.status, sent=sent)
+        return _error(e, rid)
+    observe(gw, rid=rid, route=route, started=started, status=status, sent=sent)
+    try:
+        shaped = isinstance(orjson.loads(content).get("error"), dict)
+    except (orjson.JSONDecodeError, AttributeError):
+        shaped = False
+    if shaped:
+        media_type = sent.response.headers.get("content-type", "application/json")
+        return Response(content, status, headers=_headers(sent, rid), media_type=media_type)
+    what = "no route" if status == 404 else "method not allowed on"
+    return error_response(status, f"{what} {request.method} {request.url.path}", None, _headers(sent, rid))
 
 
 def _model(body: bytes, content_type: str | None) -> Any:

@@ -226,7 +226,8 @@ def test_other_v1_routes_pass_through_with_a_bounded_label(stack: InProcess) -> 
 
 def test_passthrough_of_unknown_routes_and_methods(stack: InProcess) -> None:
     r = stack.request("GET", "/v1/no/such/route", headers=AUTH)
-    assert r.status_code == 404  # the upstream's answer
+    assert r.status_code == 404  # the upstream has no such route: said in the API's error format
+    assert r.json()["error"]["message"] == "no route GET /v1/no/such/route"
     assert stack.request("GET", "/v1/no/such/route").status_code == 401
     assert stack.request("GET", "/v1/completions", headers=AUTH).status_code == 405
     bad = stack.request(
