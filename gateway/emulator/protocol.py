@@ -323,6 +323,8 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
     override = _acceptance_override(d)
     try:
         constraint = from_request(d)
+        if constraint is not None:
+            constraint.check()
     except ConstraintError as e:
         raise bad_request(str(e), e.param) from None
 

@@ -27,14 +27,23 @@ class Constraint:
 
     schema: dict[str, Any] | None = None
     choices: tuple[str, ...] = ()
+    param: str = "response_format"  # the request field that asked for it
 
     def render(self, rng: random.Random) -> str:
-        """The whole answer text."""
+        """The whole answer text; a schema it cannot satisfy raises :class:`ConstraintError`."""
         if self.choices:
             return self.choices[rng.randrange(len(self.choices))]
         schema = self.schema or {}
-        value = _value(schema if schema else {"type": "object"}, schema, rng, 0)
-        return orjson.dumps(value).decode()
+        try:
+            value = _value(schema if schema else {"type": "object"}, schema, rng, 0)
+            return orjson.dumps(value).decode()
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError):
+            message = f"{self.param} is not a JSON schema the emulator can satisfy"
+            raise ConstraintError(message, self.param) from None
+
+    def check(self) -> None:
+        """Raise :class:`ConstraintError` now, at validation, for a schema :meth:`render` would fail on."""
+        self.render(random.Random(0))
 
 
 class ConstraintError(ValueError):
@@ -54,21 +63,22 @@ def from_request(d: dict[str, Any]) -> Constraint | None:
             return found
     text = d.get("text")
     if isinstance(text, dict) and isinstance(text.get("format"), dict):
-        found = _format(text["format"], "text.format", nested=False)
+        found = _format(text["format"], "text", nested=False)
         if found is not None:
             return found
     so = d.get("structured_outputs")
     if isinstance(so, dict):
+        param = "structured_outputs"
         if so.get("json") is not None:
-            return Constraint(schema=_schema(so["json"], "structured_outputs.json"))
+            return Constraint(schema=_schema(so["json"], param), param=param)
         if so.get("choice") is not None:
-            return Constraint(choices=_choices(so["choice"], "structured_outputs.choice"))
+            return Constraint(choices=_choices(so["choice"], param), param=param)
         if so.get("json_object"):
-            return Constraint(schema={})
+            return Constraint(schema={}, param=param)
     if d.get("guided_json") is not None:
-        return Constraint(schema=_schema(d["guided_json"], "guided_json"))
+        return Constraint(schema=_schema(d["guided_json"], "guided_json"), param="guided_json")
     if d.get("guided_choice") is not None:
-        return Constraint(choices=_choices(d["guided_choice"], "guided_choice"))
+        return Constraint(choices=_choices(d["guided_choice"], "guided_choice"), param="guided_choice")
     return None
 
 
@@ -76,13 +86,13 @@ def _format(fmt: dict[str, Any], param: str, *, nested: bool) -> Constraint | No
     """A format object; ``response_format`` nests the schema under ``json_schema``, ``text.format`` not."""
     kind = fmt.get("type")
     if kind == "json_object":
-        return Constraint(schema={})
+        return Constraint(schema={}, param=param)
     if kind == "json_schema":
         holder = fmt.get("json_schema") if nested else fmt
         if not isinstance(holder, dict):
             raise ConstraintError(f"{param}.json_schema must be an object", param)
         schema = holder.get("schema", holder.get("json_schema"))
-        return Constraint(schema=_schema(schema if schema is not None else {}, param))
+        return Constraint(schema=_schema(schema if schema is not None else {}, param), param=param)
     if kind in (None, "text", "structural_tag"):
         return None
     raise ConstraintError(f"{param}.type must be one of text, json_object, json_schema; got {kind!r}", param)
@@ -106,6 +116,8 @@ def _choices(value: Any, param: str) -> tuple[str, ...]:
 
 
 _MAX_DEPTH = 8
+_MAX_ITEMS = 64  # an array's length, whatever minItems asks
+_MAX_CHARS = 4096  # a string's length, whatever minLength asks
 
 
 def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +139,8 @@ def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
 
 def _value(schema: dict[str, Any], root: dict[str, Any], rng: random.Random, depth: int) -> Any:
     """One JSON value valid against ``schema``."""
+    if depth > 4 * _MAX_DEPTH:  # a schema that requires itself: cut off
+        return None
     schema = _resolve(schema, root)
     if "const" in schema:
         return schema["const"]
@@ -182,8 +196,8 @@ def _object(schema: dict[str, Any], root: dict[str, Any], rng: random.Random, de
 
 
 def _array(schema: dict[str, Any], root: dict[str, Any], rng: random.Random, depth: int) -> list[Any]:
-    lo = int(schema.get("minItems", 1 if depth < _MAX_DEPTH else 0))
-    hi = int(schema.get("maxItems", max(lo, 3)))
+    lo = min(int(schema.get("minItems", 1 if depth < _MAX_DEPTH else 0)), _MAX_ITEMS)
+    hi = min(int(schema.get("maxItems", max(lo, 3))), _MAX_ITEMS)
     count = min(max(lo, min(hi, 2 + rng.randrange(2))), hi) if depth < _MAX_DEPTH else lo
     prefix = schema.get("prefixItems")
     if isinstance(prefix, list) and prefix:
@@ -219,8 +233,8 @@ def _string(schema: dict[str, Any], rng: random.Random) -> str:
         return f"https://example.com/{WORDS[rng.randrange(len(WORDS))].lower()}"
     if fmt == "uuid":
         return "-".join(f"{rng.getrandbits(b * 4):0{b}x}" for b in (8, 4, 4, 4, 12))
-    lo = int(schema.get("minLength", 1))
-    hi = int(schema.get("maxLength", max(lo, 40)))
+    lo = min(int(schema.get("minLength", 1)), _MAX_CHARS)
+    hi = min(int(schema.get("maxLength", max(lo, 40))), _MAX_CHARS)
     words: list[str] = []
     text = ""
     while len(text) < lo or (len(words) < 2 + rng.randrange(3) and len(text) < hi):

@@ -8,11 +8,14 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.app import create_app, fast_path
 from gateway.config import load_settings
 from gateway.stack import demo_config, free_port
 from tests.api.conftest import API_KEY, MODEL, InProcess
+from tests.api.test_fuzz import FUZZ, check, json_values
 
 AUTH = {"authorization": f"Bearer {API_KEY}"}
 STRUCTURED = "Repeat the following line exactly 20 times: hello world"
@@ -295,3 +298,92 @@ def test_cors_when_configured_answers_preflights_and_marks_responses() -> None:
             "OPTIONS", "/v1/chat/completions", headers={**PREFLIGHT, "origin": "https://evil.example"}
         )
         assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+
+
+# -- fuzzing the new surface -------------------------------------------------------------------
+
+SURFACE_VALID: dict[str, dict[str, Any]] = {
+    "/v1/responses": {"model": MODEL, "input": "Say hi.", "max_output_tokens": 4},
+    "/v1/embeddings": {"model": MODEL, "input": "Say hi."},
+    "/tokenize": {"model": MODEL, "prompt": "Say hi."},
+    "/detokenize": {"model": MODEL, "tokens": [1]},
+    "/v1/chat/completions": {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Hi."}],
+        "max_tokens": 4,
+    },
+}
+SURFACE_FIELDS = st.sampled_from(
+    [
+        "input",
+        "instructions",
+        "text",
+        "tools",
+        "stream",
+        "max_output_tokens",
+        "temperature",
+        "dimensions",
+        "encoding_format",
+        "prompt",
+        "messages",
+        "tokens",
+        "add_special_tokens",
+        "response_format",
+        "guided_json",
+        "guided_choice",
+        "structured_outputs",
+    ]
+)
+schemas = st.recursive(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "type": st.sampled_from(["object", "array", "string", "integer", "number", "boolean", "null", 5]),
+            "minItems": st.integers(-5, 10**9) | st.text(max_size=3),
+            "minLength": st.integers(-5, 10**9),
+            "maximum": st.integers() | st.floats(allow_nan=False) | st.text(max_size=3),
+            "enum": st.lists(json_values, max_size=3),
+            "$ref": st.sampled_from(["#", "#/$defs/x", "#/nope", 3]),
+        },
+    ),
+    lambda inner: st.fixed_dictionaries(
+        {"type": st.just("object")},
+        optional={"properties": st.dictionaries(st.text(max_size=5), inner, max_size=3), "items": inner},
+    ),
+    max_leaves=6,
+)
+structured = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "response_format": st.fixed_dictionaries(
+                {"type": st.just("json_schema"), "json_schema": st.fixed_dictionaries({"schema": schemas})}
+            )
+        }
+    ),
+    st.fixed_dictionaries({"guided_json": schemas | json_values}),
+    st.fixed_dictionaries(
+        {
+            "structured_outputs": st.dictionaries(
+                st.sampled_from(["json", "choice", "json_object"]), json_values | schemas, max_size=2
+            )
+        }
+    ),
+)
+
+
+SURFACE_FUZZ = settings(FUZZ, max_examples=300)
+
+
+@SURFACE_FUZZ
+@given(
+    path=st.sampled_from(sorted(SURFACE_VALID)),
+    extra=st.dictionaries(SURFACE_FIELDS | st.text(max_size=8), json_values, max_size=4),
+)
+def test_new_routes_with_fields_of_any_shape(stack: InProcess, path: str, extra: dict[str, Any]) -> None:
+    check(stack.request("POST", path, content=orjson.dumps({**SURFACE_VALID[path], **extra}), headers=AUTH))
+
+
+@SURFACE_FUZZ
+@given(path=st.sampled_from(["/v1/chat/completions", "/v1/responses"]), extra=structured)
+def test_structured_output_requests_of_any_schema(stack: InProcess, path: str, extra: dict[str, Any]) -> None:
+    check(stack.request("POST", path, content=orjson.dumps({**SURFACE_VALID[path], **extra}), headers=AUTH))
