@@ -234,7 +234,11 @@ def _completion_tokens(content: bytes) -> int | None:
     except orjson.JSONDecodeError:
         return None
     usage = obj.get("usage") if isinstance(obj, dict) else None
-    tokens = usage.get("completion_tokens", usage.get("output_tokens")) if isinstance(usage, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    tokens = usage.get("completion_tokens")
+    if tokens is None:
+        tokens = usage.get("output_tokens")  # a Responses body
     return tokens if isinstance(tokens, int) else None
 
 

@@ -341,7 +341,7 @@ schemas = st.recursive(
             "type": st.sampled_from(["object", "array", "string", "integer", "number", "boolean", "null", 5]),
             "minItems": st.integers(-5, 10**9) | st.text(max_size=3),
             "minLength": st.integers(-5, 10**9),
-            "maximum": st.integers() | st.floats(allow_nan=False) | st.text(max_size=3),
+            "maximum": st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=3),
             "enum": st.lists(json_values, max_size=3),
             "$ref": st.sampled_from(["#", "#/$defs/x", "#/nope", 3]),
         },
