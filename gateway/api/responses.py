@@ -29,7 +29,7 @@ from gateway.api.edge import (
 )
 from gateway.api.errors import APIError, error_response, from_upstream
 from gateway.api.request import forced_pool
-from gateway.api.routes import Relay, unless_disconnected
+from gateway.api.routes import Relay, decision_headers, unless_disconnected
 from gateway.errors import UpstreamError
 from gateway.routing.policy import Decision, RouteRequest
 from gateway.upstream.events import EventMeter
@@ -106,19 +106,6 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _headers(decision: Decision, pool: str, rid: str) -> dict[str, str]:
-    reason = decision.reason if pool == decision.pool else f"{decision.reason},failover"
-    headers = {
-        "x-specroute-pool": pool,
-        "x-specroute-class": decision.prompt_class,
-        "x-specroute-reason": reason,
-        "x-request-id": rid,
-    }
-    if decision.predicted_speedup is not None:
-        headers["x-specroute-predicted-speedup"] = f"{decision.predicted_speedup:.2f}"
-    return headers
-
-
 async def responses(request: Request) -> Response:
     """Validate → classify and decide (as a chat) → forward to ``/v1/responses`` → observe."""
     gw = state.of(request)
@@ -148,7 +135,7 @@ async def responses(request: Request) -> Response:
             )  # fmt: skip
             media_type = sent.response.headers.get("content-type", "application/json")
             return Response(
-                content, status, headers=_headers(decision, sent.pool, rid), media_type=media_type
+                content, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type
             )
         sent = await unless_disconnected(request, gw.upstreams.send(PATH, body, headers, decision.pool))
     except APIError as e:
@@ -156,7 +143,7 @@ async def responses(request: Request) -> Response:
             gw, rid=rid, route="responses", started=started, status=e.status, decision=decision, payload=view
         )
         message = f"{e.message} (request id {rid})" if e.status >= 500 else e.message
-        extra = _headers(decision, decision.pool, rid) if decision else {"x-request-id": rid}
+        extra = decision_headers(decision, decision.pool, rid) if decision else {"x-request-id": rid}
         return error_response(e.status, message, e.param, {**e.headers, **extra})
     gw.observer.forwarded(decision, sent.pool)
     status = sent.response.status
@@ -171,7 +158,7 @@ async def responses(request: Request) -> Response:
 
     chunks = _ending_with_error_event(gw.upstreams.relay(sent, meter, done))
     media_type = sent.response.headers.get("content-type", "text/event-stream")
-    return Relay(chunks, status, headers=_headers(decision, sent.pool, rid), media_type=media_type)
+    return Relay(chunks, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type)
 
 
 async def _ending_with_error_event(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -320,7 +320,9 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         watch.cancel()
 
 
-unless_disconnected = _unless_disconnected  # for the other routes (gateway.api.responses, passthrough)
+# for the other routes (gateway.api.responses, gateway.api.passthrough)
+unless_disconnected = _unless_disconnected
+decision_headers = _decision_headers
 
 
 async def _disconnected(request: Request) -> None:
