@@ -110,7 +110,9 @@ async def passthrough(request: Request) -> Response:
         headers = upstream_headers(request, gw, rid, content_type)
         if "accept" in request.headers:
             headers["accept"] = request.headers["accept"]
-        target = path + (f"?{request.url.query}" if request.url.query else "")
+        raw = request.scope.get("raw_path")  # as the client encoded it (%2F stays %2F)
+        target = raw.decode("latin-1") if isinstance(raw, bytes) and raw else path
+        target += f"?{request.url.query}" if request.url.query else ""
         sending = gw.upstreams.send(
             target,
             body,
