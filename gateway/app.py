@@ -19,8 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.api import routes
+from gateway.api import passthrough, routes
+from gateway.api.cors import with_cors
 from gateway.api.errors import APIError, error_body, error_response, sse_error_event
+from gateway.api.responses import responses
 from gateway.api.state import Gateway
 from gateway.config import PoolName, Settings
 from gateway.observability import Metrics
@@ -171,6 +173,14 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     app.add_route("/ready", routes.ready, methods=["GET"])
     app.add_route("/metrics", routes.metrics, methods=["GET"])
     app.add_route("/admin/routing", routes.admin_routing, methods=["GET"])
+    app.add_route("/v1/responses", responses, methods=["POST"])
+    app.add_route("/v1/embeddings", passthrough.embeddings, methods=["POST"])
+    app.add_route("/tokenize", passthrough.tokenize, methods=["POST"])
+    app.add_route("/detokenize", passthrough.detokenize, methods=["POST"])
+    app.add_route(
+        "/v1/{rest:path}", passthrough.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]
+    )
+    app.state.cors = settings.cors
     _install_error_handlers(app)
     return app
 
@@ -213,7 +223,7 @@ def fast_path(app: FastAPI) -> ASGIApp:
             if not progress.complete:  # else only the bookkeeping after the response was left
                 await _cut_at_shutdown(progress, send)
 
-    return asgi
+    return with_cors(asgi, app.state.cors)
 
 
 @dataclass(slots=True)

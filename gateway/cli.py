@@ -59,6 +59,17 @@ def demo_command(
     raise typer.Exit(run_demo(port=port, strategy=strategy, time_scale=time_scale))
 
 
+@app.command("tokenizer")
+def tokenizer_command(
+    out: Annotated[Path, typer.Argument(help="directory to write tokenizer.json and its config into")],
+    max_model_len: Annotated[int, typer.Option(min=2, help="the model's context length")] = 1024,
+) -> None:
+    """Write a small tokenizer for the emulated model (for load tools such as guidellm's --processor)."""
+    from gateway.emulator.hf_tokenizer import write
+
+    typer.echo(write(out, max_model_len))
+
+
 app.command("emulate")(emulate_command)
 app.command("train")(train_command)
 app.command("classify")(classify_command)

@@ -176,6 +176,41 @@ class AuthConfig(_Strict):
     )
 
 
+class CorsConfig(_Strict):
+    """Cross-origin requests from browsers: off unless origins are listed; the gateway answers preflights."""
+
+    allow_origins: list[str] = Field(
+        default_factory=list,
+        description='origins allowed to call the gateway from a browser ("*": any); empty: CORS off',
+    )
+    allow_methods: list[str] = Field(default_factory=lambda: ["GET", "POST"])
+    allow_headers: list[str] = Field(
+        default_factory=lambda: ["authorization", "content-type", "x-request-id"],
+        description='request headers a browser may send ("*": any)',
+    )
+    expose_headers: list[str] = Field(
+        default_factory=lambda: [
+            "x-request-id",
+            "x-specroute-pool",
+            "x-specroute-class",
+            "x-specroute-reason",
+        ],
+        description="response headers a browser script may read",
+    )
+    allow_credentials: bool = Field(default=False, description="let browsers send cookies and credentials")
+    max_age_s: int = Field(default=600, ge=0, description="how long a browser may cache a preflight answer")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.allow_origins)
+
+    @model_validator(mode="after")
+    def _no_wildcard_with_credentials(self) -> CorsConfig:
+        if self.allow_credentials and "*" in self.allow_origins:
+            raise ValueError('`allow_credentials` needs explicit `allow_origins`, not "*"')
+        return self
+
+
 class LimitsConfig(_Strict):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
 
@@ -249,6 +284,7 @@ class Settings(BaseSettings):
     health: HealthConfig = HealthConfig()
     auth: AuthConfig = AuthConfig()
     limits: LimitsConfig = LimitsConfig()
+    cors: CorsConfig = CorsConfig()
     routing: RoutingConfig = RoutingConfig()
     logging: LoggingConfig = LoggingConfig()
 

@@ -21,7 +21,7 @@ from gateway.config import Strategy
 from gateway.observability import Metrics, access_log
 from gateway.routing.policy import Decision, Feedback, Outcome, Policy
 from gateway.speculation import Measured, from_server, from_token_steps
-from gateway.types import Api, PoolName
+from gateway.types import PoolName, Route
 from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
 from gateway.upstream.resume import Resumption
@@ -34,7 +34,7 @@ class RequestRecord:
 
     ts: float
     request_id: str
-    route: Api
+    route: Route
     status: int
     decision: Decision | None = None
     served_pool: PoolName | None = None  # the pool whose endpoint answered
@@ -141,7 +141,7 @@ class Observer:
         self,
         *,
         request_id: str,
-        api: Api,
+        api: Route,
         started: float,
         status: int,
         decision: Decision | None = None,
@@ -234,7 +234,11 @@ def _completion_tokens(content: bytes) -> int | None:
     except orjson.JSONDecodeError:
         return None
     usage = obj.get("usage") if isinstance(obj, dict) else None
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    tokens = usage.get("completion_tokens")
+    if tokens is None:
+        tokens = usage.get("output_tokens")  # a Responses body
     return tokens if isinstance(tokens, int) else None
 
 

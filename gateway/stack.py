@@ -7,6 +7,7 @@ server started with this interpreter, waited for on its health URL, and stopped 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -20,11 +21,31 @@ from pathlib import Path
 import httpx
 import yaml
 
+from gateway.types import RUN_TOKEN_ENV, RUN_TOKEN_HEADER
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class PortInUse(RuntimeError):
+    """Another process holds the port a server was to listen on."""
+
+    def __init__(self, port: int):
+        super().__init__(f"port {port} is in use; pass --port")
+        self.port = port
+
+
+def check_port_free(port: int, host: str = "127.0.0.1") -> None:
+    """Raise :class:`PortInUse` when ``port`` cannot be bound (a server, of any kind, is there)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise PortInUse(port) from None
 
 
 @dataclass
@@ -48,18 +69,35 @@ class Process:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
 
-def wait_healthy(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
+def wait_healthy(
+    url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0, token: str | None = None
+) -> None:
+    """Wait until ``url`` answers 200 and, with ``token``, carries it in :data:`RUN_TOKEN_HEADER`.
+
+    A 200 without the token comes from another server already on the port (ours will fail to bind
+    it): that ends in :class:`PortInUse` rather than in a wait on the wrong server.
+    """
     deadline = time.monotonic() + timeout
     last: Exception | None = None
+    foreign = False
     while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before {url} was healthy")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
+        exited = proc is not None and proc.poll() is not None
+        try:  # asked once more after an exit: was it a server already on the port?
+            r = httpx.get(url, timeout=1.0)
+            ours = r.status_code == 200 and (token is None or r.headers.get(RUN_TOKEN_HEADER) == token)
+            if ours and not exited:
                 return
+            foreign = foreign or (r.status_code == 200 and not ours)
         except httpx.HTTPError as e:
             last = e
+        if exited:
+            assert proc is not None
+            if foreign:
+                raise PortInUse(httpx.URL(url).port or 80)
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} was healthy")
         time.sleep(0.05)
+    if foreign:
+        raise PortInUse(httpx.URL(url).port or 80)
     raise TimeoutError(f"{url} not healthy after {timeout:.0f}s ({last})")
 
 
@@ -73,19 +111,23 @@ def start(
     timeout: float = 30.0,
 ) -> Process:
     """Run ``python -m gateway <args>`` and wait until ``health_path`` answers 200."""
+    token = secrets.token_hex(16)
     log_path = (log_dir / f"{name}.log") if log_dir else None
     out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     popen = subprocess.Popen(
         [sys.executable, "-m", "gateway", *args],
         stdout=out,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "SPECROUTE_PARENT_PID": str(os.getpid()), **(env or {})},
+        env={**os.environ, "SPECROUTE_PARENT_PID": str(os.getpid()), RUN_TOKEN_ENV: token, **(env or {})},
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     proc = Process(name, popen, url, log_path)
     try:
-        wait_healthy(url + health_path, popen, timeout)
+        wait_healthy(url + health_path, popen, timeout, token if health_path == "/health" else None)
+    except PortInUse:
+        proc.stop()
+        raise
     except Exception:
         proc.stop()
         raise RuntimeError(f"{name} did not start:\n{proc.log()[-4000:]}") from None

@@ -25,6 +25,7 @@ from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.observability import render
 from gateway.routing.policy import Api, Decision, RouteRequest
+from gateway.types import RUN_TOKEN_ENV, RUN_TOKEN_HEADER
 from gateway.upstream.assemble import assemble, can_assemble, stream_body
 from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
@@ -319,6 +320,11 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         watch.cancel()
 
 
+# for the other routes (gateway.api.responses, gateway.api.passthrough)
+unless_disconnected = _unless_disconnected
+decision_headers = _decision_headers
+
+
 async def _disconnected(request: Request) -> None:
     while True:
         message = await request.receive()
@@ -410,8 +416,12 @@ def _looks_like_path(value: str) -> bool:
     return value.startswith(("/", "./", "../", "~")) or "\\" in value or (len(value) > 1 and value[1] == ":")
 
 
+# the token of the run that started this process (gateway.stack), read once
+_HEALTH_HEADERS = {RUN_TOKEN_HEADER: os.environ[RUN_TOKEN_ENV]} if RUN_TOKEN_ENV in os.environ else None
+
+
 async def health(request: Request) -> Response:
-    return Response(b'{"status":"ok"}', media_type="application/json")
+    return Response(b'{"status":"ok"}', headers=_HEALTH_HEADERS, media_type="application/json")
 
 
 async def ready(request: Request) -> Response:

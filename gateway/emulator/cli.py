@@ -49,6 +49,9 @@ def emulate_command(
         int, typer.Option(min=1, help="tokens verified per step above which a step costs proportionally more")
     ] = 64,
     max_model_len: Annotated[int, typer.Option(min=2, help="context length (prompt + output tokens)")] = 1024,
+    embedding_dim: Annotated[
+        int, typer.Option(min=1, max=65536, help="width of /v1/embeddings vectors")
+    ] = 384,
     time_scale: Annotated[
         float, typer.Option(min=0.0, help="multiply every delay; 0 = zero-delay mode (answer at once)")
     ] = 1.0,
@@ -100,6 +103,7 @@ def emulate_command(
         max_num_seqs=max_num_seqs,
         knee_tokens=knee_tokens,
         max_model_len=max_model_len,
+        embedding_dim=embedding_dim,
         time_scale=time_scale,
         seed=seed,
         per_request_spec_decode_metrics=per_request_spec_decode_metrics.value,

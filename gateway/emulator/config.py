@@ -35,6 +35,7 @@ class EmulatorConfig:
     max_num_seqs: int = 4
     knee_tokens: int = 64
     max_model_len: int = 1024
+    embedding_dim: int = 384  # width of /v1/embeddings vectors
     block_size: int = 16
     time_scale: float = 1.0
     seed: int = 0

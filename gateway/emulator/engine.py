@@ -25,12 +25,18 @@ import contextlib
 import random
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.emulator.config import EmulatorConfig
 from gateway.emulator.metrics import EngineMetrics
-from gateway.emulator.textgen import TextSource
 from gateway.emulator.tokenizer import piece_id
+
+
+class Source(Protocol):
+    """Where a sequence's tokens come from; fewer than asked means the answer is complete."""
+
+    def take(self, n: int) -> list[str]: ...
+
 
 #: an output event: (sequence, first new token index, end token index, new visible text, finished?)
 Event = tuple["Seq", int, int, str, bool]
@@ -93,7 +99,7 @@ class Seq:
         index: int,
         prompt_ids: tuple[int, ...],
         max_tokens: int,
-        source: TextSource,
+        source: Source,
         rng: random.Random,
         alpha: float,
         stops: list[str] | None = None,
@@ -132,6 +138,7 @@ class Seq:
         start = len(self.out_ids)
         n = min(n, self.max_tokens - start)
         new = self.source.take(n)
+        ended = len(new) < n  # a constrained answer is complete: the model emits EOS
         ids = self.out_ids
         pcs = self.pieces
         stops = self.stops
@@ -155,6 +162,8 @@ class Seq:
                     self.finish_reason = "stop"
                     break
         end = len(ids)
+        if self.finish_reason is None and ended:
+            self.finish_reason = "stop"
         if self.finish_reason is None and end >= self.max_tokens:
             self.finish_reason = "length"
         finished = self.finish_reason is not None

@@ -16,6 +16,7 @@ import orjson
 
 from gateway.emulator.config import EmulatorConfig
 from gateway.emulator.engine import Seq
+from gateway.emulator.structured import Constraint, ConstraintError, from_request
 from gateway.emulator.textgen import WORDS
 from gateway.emulator.tokenizer import VOCAB_SIZE, encode_chat, encode_prompt
 
@@ -152,6 +153,7 @@ class GenRequest:
     return_token_ids: bool
     logprobs: int | None  # completions: top-n; chat: top_logprobs (when logprobs=true)
     emulated_acceptance: float | None
+    constraint: Constraint | None = None  # structured output: the answer is this JSON value or choice
 
 
 def _stream_options(d: dict[str, Any], stream: bool) -> tuple[bool, bool]:
@@ -319,6 +321,12 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
     else:
         logprobs = _get_int(d, "logprobs", None)
     override = _acceptance_override(d)
+    try:
+        constraint = from_request(d)
+        if constraint is not None:
+            constraint.check()
+    except ConstraintError as e:
+        raise bad_request(str(e), e.param) from None
 
     # -- model (404) --
     names = cfg.served_model_names
@@ -385,6 +393,7 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
         return_token_ids=return_token_ids,
         logprobs=logprobs,
         emulated_acceptance=override,
+        constraint=constraint,
     )
 
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import random
 import time
 from array import array
@@ -21,8 +22,9 @@ import orjson
 
 from gateway.emulator.acceptance import base_profile, effective_alpha, load_profile, profile
 from gateway.emulator.config import EmulatorConfig
-from gateway.emulator.engine import Engine, Group, Seq
+from gateway.emulator.engine import Engine, Group, Seq, Source
 from gateway.emulator.metrics import CONTENT_TYPE, EngineMetrics, make_registry, render
+from gateway.emulator.pooling import detokenize_body, embeddings_body, tokenize_body
 from gateway.emulator.protocol import (
     VLLM_VERSION,
     ApiError,
@@ -34,7 +36,10 @@ from gateway.emulator.protocol import (
     parse_json,
     parse_request,
 )
+from gateway.emulator.responses import ResponsesResponder, parse_responses_request
+from gateway.emulator.structured import FixedSource
 from gateway.emulator.textgen import TextSource, opening_categories, split_points
+from gateway.types import RUN_TOKEN_ENV, RUN_TOKEN_HEADER
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -99,6 +104,10 @@ class EmulatorApp:
         self.routes: dict[tuple[str, str], Handler] = {
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/responses"): self._responses,
+            ("POST", "/v1/embeddings"): self._embeddings,
+            ("POST", "/tokenize"): self._tokenize,
+            ("POST", "/detokenize"): self._detokenize,
             ("GET", "/v1/models"): self._models,
             ("GET", "/health"): self._health,
             ("GET", "/metrics"): self._metrics,
@@ -107,6 +116,8 @@ class EmulatorApp:
             ("GET", "/emulator/state"): self._state,
         }
         self._paths = {p for _, p in self.routes}
+        token = os.environ.get(RUN_TOKEN_ENV)
+        self._run_header = [(RUN_TOKEN_HEADER.encode(), token.encode())] if token else []
         logging.getLogger("uvicorn.error").addFilter(_DropResetLogs())
 
     # -- ASGI entry --------------------------------------------------------------------------
@@ -136,7 +147,8 @@ class EmulatorApp:
 
     # -- small endpoints ---------------------------------------------------------------------
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        headers = [(b"content-length", b"0"), *self._run_header]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
 
     async def _version(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -190,6 +202,39 @@ class EmulatorApp:
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._generate(True, receive, send)
 
+    async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._generate(True, receive, send, responses=True)
+
+    async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Embeddings cost one prefill of their tokens (no queue: pooling runs beside generation)."""
+        try:
+            rid = f"embd-{self.id_rng.getrandbits(64):016x}"
+            body, tokens = embeddings_body(
+                parse_json(await _read_body(receive)), self.cfg, rid, int(time.time())
+            )
+        except ApiError as e:
+            await _send_bytes(send, e.status, e.body, JSON_HEADERS)
+            return
+        if self.cfg.time_scale > 0:
+            await asyncio.sleep(self.engine.prefill_cost_ms(tokens) * self.cfg.time_scale / 1000.0)
+        await _send_bytes(send, 200, body, JSON_HEADERS)
+
+    async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._answer(receive, send, tokenize_body)
+
+    async def _detokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._answer(receive, send, detokenize_body)
+
+    async def _answer(
+        self, receive: Receive, send: Send, make: Callable[[dict[str, Any], EmulatorConfig], bytes]
+    ) -> None:
+        try:
+            body = make(parse_json(await _read_body(receive)), self.cfg)
+        except ApiError as e:
+            await _send_bytes(send, e.status, e.body, JSON_HEADERS)
+            return
+        await _send_bytes(send, 200, body, JSON_HEADERS)
+
     def _build(self, req: GenRequest, timed: bool) -> Group:
         cfg = self.cfg
         group = Group(req.stream, timed)
@@ -205,7 +250,12 @@ class EmulatorApp:
         cfg = self.cfg
         material = head + array("i", p.ids).tobytes()
         acc_seed = int.from_bytes(hashlib.blake2b(material + b"acc", digest_size=8).digest(), "little")
-        source, text = _continued(p, req, head)
+        source: Source | None
+        if req.constraint is not None:
+            rng = random.Random(int.from_bytes(hashlib.blake2b(material, digest_size=8).digest(), "little"))
+            source, text = FixedSource(req.constraint.render(rng)), p.text
+        else:
+            source, text = _continued(p, req, head)
         if source is None:
             source, text = _source(p.text, p.ids, head), p.text
         base_alpha = base_profile(text, self.acceptance).alpha
@@ -223,10 +273,11 @@ class EmulatorApp:
             req.include_stop,
         )
 
-    async def _generate(self, chat: bool, receive: Receive, send: Send) -> None:
+    async def _generate(self, chat: bool, receive: Receive, send: Send, responses: bool = False) -> None:
         cfg = self.cfg
         try:
-            req = parse_request(chat, parse_json(await _read_body(receive)), cfg)
+            data = parse_json(await _read_body(receive))
+            req = parse_responses_request(data, cfg) if responses else parse_request(chat, data, cfg)
         except ApiError as e:
             await _send_bytes(send, e.status, e.body, JSON_HEADERS)
             return
@@ -249,11 +300,16 @@ class EmulatorApp:
             return
         reset = cfg.reset_rate > 0 and rnd() < cfg.reset_rate
 
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.id_rng.getrandbits(64):016x}"
-        metrics_on = cfg.per_request_spec_decode_metrics == "summary" and cfg.speculative
-        responder = Responder(
-            req, rid, int(time.time()), self.fingerprint, cfg.num_speculative_tokens, metrics_on
-        )
+        responder: Responder | ResponsesResponder
+        if responses:
+            rid, item = (f"{p}_{self.id_rng.getrandbits(128):032x}" for p in ("resp", "msg"))
+            responder = ResponsesResponder(req, rid, item, int(time.time()), data)
+        else:
+            rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.id_rng.getrandbits(64):016x}"
+            metrics_on = cfg.per_request_spec_decode_metrics == "summary" and cfg.speculative
+            responder = Responder(
+                req, rid, int(time.time()), self.fingerprint, cfg.num_speculative_tokens, metrics_on
+            )
         if cfg.time_scale <= 0:
             group = self._build(req, timed=False)
             self.engine.run_inline(group)
@@ -275,7 +331,9 @@ class EmulatorApp:
         await send({"type": "http.response.body", "body": partial, "more_body": True})
         raise EmulatedReset
 
-    async def _respond_inline(self, group: Group, responder: Responder, send: Send, reset: bool) -> None:
+    async def _respond_inline(
+        self, group: Group, responder: Responder | ResponsesResponder, send: Send, reset: bool
+    ) -> None:
         if not group.stream:
             body = responder.full(group.seqs)
             if reset:
@@ -296,7 +354,12 @@ class EmulatorApp:
         await send({"type": "http.response.body", "body": b"".join(parts)})
 
     async def _respond_timed(
-        self, group: Group, responder: Responder, receive: Receive, send: Send, reset: bool
+        self,
+        group: Group,
+        responder: Responder | ResponsesResponder,
+        receive: Receive,
+        send: Send,
+        reset: bool,
     ) -> None:
         engine = self.engine
         wake = group.wake

@@ -29,9 +29,38 @@ def pieces(text: str) -> list[str]:
     return _PIECE_RE.findall(text)
 
 
+#: the text of every id this process has made, for :func:`decode` (at most one entry per id)
+_TEXT: dict[int, str] = {}
+_SPECIAL = {BOS_ID: "", EOS_ID: "", IM_START_ID: "<|im_start|>", IM_END_ID: "<|im_end|>", NEWLINE_ID: "\n"}
+_ROLE_TEXT = {10: "system", 11: "user", 12: "assistant", 13: "tool", 14: "developer", 15: "user"}
+
+
 @lru_cache(maxsize=65536)
 def piece_id(piece: str) -> int:
-    return FIRST_ID + zlib.crc32(piece.encode("utf-8", "surrogatepass")) % (VOCAB_SIZE - FIRST_ID)
+    tid = FIRST_ID + zlib.crc32(piece.encode("utf-8", "surrogatepass")) % (VOCAB_SIZE - FIRST_ID)
+    _TEXT.setdefault(tid, piece)
+    return tid
+
+
+def decode(ids: list[int] | tuple[int, ...]) -> str:
+    """The text of ``ids`` (BOS and EOS left out, like ``skip_special_tokens``).
+
+    Ids are hashes of their pieces, so only ids this process has handed out (by tokenising or
+    generating) have a text; an id two pieces share decodes to the first one seen. Text tokenised
+    here decodes back to itself.
+    """
+    out = []
+    for tid in ids:
+        text = _SPECIAL.get(tid) if tid < FIRST_ID else _TEXT.get(tid)
+        if text is None and tid < FIRST_ID:
+            text = _ROLE_TEXT.get(tid, "")
+        out.append(text or "")
+    return "".join(out)
+
+
+def known(tid: int) -> bool:
+    """Whether :func:`decode` has a text for ``tid``."""
+    return tid < FIRST_ID or tid in _TEXT
 
 
 @lru_cache(maxsize=4096)

@@ -135,6 +135,8 @@ class Upstreams:
         tried: list[Endpoint] | None = None,
         last_error: UpstreamError | None = None,
         attempts: int | None = None,
+        method: str = "POST",
+        idempotent: bool = True,
     ) -> Sent:
         """Send until one endpoint gives a first byte (or a 4xx); if none does, raise an
         :class:`~gateway.errors.UpstreamError`.
@@ -145,6 +147,8 @@ class Upstreams:
         and they count against ``attempts`` (default ``retries.attempts``); ``last_error`` is what went
         wrong with the last of them, reported when no other endpoint is left to try. A resumed stream
         passes the endpoints that broke it and what is left of the request's budget on top of them.
+        A request that is not ``idempotent`` (an unknown route passed through) is sent again only when
+        no endpoint took it: refused connections and busy answers (503, 429).
         """
         first_byte_s = first_byte_s or self.settings.timeouts.first_byte_s
         tried = [] if tried is None else tried
@@ -164,7 +168,7 @@ class Upstreams:
             response: aiohttp.ClientResponse | None = None
             try:
                 async with asyncio.timeout(first_byte_s):
-                    response = await self._post(endpoint, path, body, headers)
+                    response = await self._post(endpoint, path, body, headers, method)
                     chunks = response.content.iter_any()
                     if response.status >= 500 or response.status == 429:
                         raise _UpstreamStatus(response.status, await response.read())
@@ -173,8 +177,8 @@ class Upstreams:
                         if piece:
                             first = piece
                             break
-                    if not first and response.status < 300:
-                        raise _ClosedEarly
+                    if not first and response.status < 300 and idempotent and method == "POST":
+                        raise _ClosedEarly  # a passed-through answer may be empty
                 return Sent(endpoint, response, first, chunks, retries=attempt, sent_at=sent_at)
             except _UpstreamStatus as e:
                 kind, last_error = "status_5xx", _reported_status(e.status, e.body, endpoint)
@@ -202,6 +206,8 @@ class Upstreams:
                 endpoint.mark_busy(self.settings.health)
             else:
                 self.failed(endpoint, sent_at)
+            if not idempotent and kind not in ("connect", "busy"):
+                break  # it may have been acted on: not sent again
         if last_error is None:
             raise NoEndpoint("no healthy upstream endpoint is available; try again shortly")
         raise last_error
@@ -214,6 +220,8 @@ class Upstreams:
         pool: PoolName,
         allow_failover: bool = True,
         first_byte_s: float | None = None,
+        method: str = "POST",
+        idempotent: bool = True,
     ) -> tuple[Sent, bytes]:
         """A whole non-streamed response: sent again elsewhere if its body breaks on the way.
 
@@ -224,11 +232,23 @@ class Upstreams:
         tried: list[Endpoint] = []
         error: UpstreamError | None = None
         while True:
-            sent = await self.send(path, body, headers, pool, allow_failover, first_byte_s, tried, error)
+            sent = await self.send(
+                path,
+                body,
+                headers,
+                pool,
+                allow_failover,
+                first_byte_s,
+                tried,
+                error,
+                None,
+                method,
+                idempotent,
+            )
             try:
                 return sent, await self.read_all(sent)
             except UpstreamError as e:
-                if not self.can_retry(tried):
+                if not idempotent or not self.can_retry(tried):
                     raise
                 error = e
 
@@ -237,7 +257,7 @@ class Upstreams:
         return len(tried) < self.settings.retries.attempts
 
     async def _post(
-        self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str]
+        self, endpoint: Endpoint, path: str, body: bytes, headers: dict[str, str], method: str = "POST"
     ) -> aiohttp.ClientResponse:
         """POST, and once more if the connection dropped before any of the response arrived.
 
@@ -251,7 +271,7 @@ class Upstreams:
         def post() -> Awaitable[aiohttp.ClientResponse]:
             url = endpoint.base_url + path
             return self.session.request(
-                "POST", url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
+                method, url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
             )
 
         try:

@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import httpx
+import orjson
 import pytest
 import uvicorn
 
@@ -133,3 +134,57 @@ def gateway() -> Iterator[InProcess]:
     """The gateway with API keys set, as a hostile client finds it."""
     with InProcess({"auth": {"api_keys": [API_KEY]}, "logging": {"access_log": False}}) as stack:
         yield stack
+
+
+class Echo:
+    """A stub upstream route beside the emulator's: ``/v1/score`` and ``/v1/audio/*`` echo the request."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == "/v1/score" or path.startswith("/v1/audio/")):
+            await self.inner(scope, receive, send)
+            return
+        self.calls += 1
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        headers = dict(scope["headers"])
+        echo = {
+            "method": scope["method"],
+            "path": path,
+            "query": scope["query_string"].decode(),
+            "content_type": headers.get(b"content-type", b"").decode(),
+            "body": body.decode(errors="replace"),
+        }
+        out = orjson.dumps(echo)
+        response_headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(out))]
+        await send({"type": "http.response.start", "status": 200, "headers": response_headers})
+        await send({"type": "http.response.body", "body": out})
+
+
+@pytest.fixture(scope="module")
+def echoing() -> Iterator[InProcess]:
+    """The gateway with API keys over emulators that also serve the :class:`Echo` routes."""
+    with InProcess({"auth": {"api_keys": [API_KEY]}, "logging": {"access_log": False}}) as stack:
+        for upstream in stack.upstreams:
+            upstream.app = Echo(upstream.app)  # type: ignore[assignment]
+        yield stack
+
+
+def metric(stack: InProcess, name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include ``labels``, as ``/metrics`` shows them now."""
+    text = stack.request("GET", "/metrics", headers={"authorization": f"Bearer {API_KEY}"}).text
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.emulator.config import EmulatorConfig
+from gateway.emulator.server import EmulatorApp
 from gateway.stack import Process, start_emulator
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
@@ -142,3 +144,16 @@ def scrape(text: str) -> dict[str, float]:
             key = f"{s.name}{{{labels}}}" if labels else s.name
             out[key] = out.get(key, 0.0) + s.value
     return out
+
+
+@pytest.fixture(params=[0.0, 0.01], ids=["inline", "timed"])
+async def inproc(request: pytest.FixtureRequest) -> AsyncIterator[httpx.AsyncClient]:
+    """An emulator in process (httpx.ASGITransport), answering at once and with (short) emulated delays."""
+    app = EmulatorApp(EmulatorConfig(time_scale=request.param, embedding_dim=32))
+    app.engine.start()
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://emulator") as c:
+            yield c
+    finally:
+        await app.engine.stop()

@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -41,6 +42,8 @@ def demo() -> Iterator[str]:
         assert proc.returncode == 0, out.decode(errors="replace")[-2000:]
         banner = out.decode()
         assert url in banner and "curl" in banner and "OpenAI(" in banner
+        assert "Capacity before requests queue" in banner and "requests/s" in banner
+        assert "--processor" in banner
 
 
 def test_sync_sdk_completions_and_chat(demo):
@@ -125,3 +128,50 @@ def test_curl(demo):
     assert "x-specroute-pool: baseline" in out or "x-specroute-reason: explore" in out
     assert '"text_completion"' in out
     assert httpx.get(demo + "/v1/models").json()["data"][0]["id"] == MODEL
+
+
+def test_responses_and_embeddings_through_the_sdk(demo):
+    client = openai.OpenAI(base_url=demo + "/v1", api_key="unused")
+    response = client.responses.with_raw_response.create(
+        model=MODEL, input=STRUCTURED, instructions="Answer exactly.", max_output_tokens=16
+    )
+    assert response.headers["x-specroute-class"] and response.headers["x-specroute-pool"]
+    parsed = response.parse()
+    assert parsed.output_text and parsed.usage is not None and parsed.usage.output_tokens == 16
+    stream = client.responses.create(model=MODEL, input=OPEN_ENDED, max_output_tokens=8, stream=True)
+    kinds = [event.type for event in stream]
+    assert kinds[0] == "response.created" and "response.output_text.delta" in kinds
+    embedded = client.embeddings.create(model=MODEL, input=["one", "two"])
+    assert len(embedded.data) == 2 and embedded.data[0].embedding != embedded.data[1].embedding
+
+
+def test_the_demo_refuses_a_port_another_server_holds():
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "gateway", "demo", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "SPECROUTE_PARENT_PID": str(os.getpid())},
+        )
+    assert out.returncode != 0
+    assert out.stderr.strip() == f"port {port} is in use; pass --port"
+
+
+def test_readiness_refuses_a_foreign_server_that_answers_health():
+    """A server already answering /health 200 on the port is not taken for the process just started."""
+    port = stack.free_port()
+    other = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "emulate", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        stack.wait_healthy(f"http://127.0.0.1:{port}/health", other, timeout=30)  # up; no token asked
+        with pytest.raises(stack.PortInUse, match=f"port {port} is in use; pass --port"):
+            stack.start_emulator("baseline", port=port)
+    finally:
+        other.terminate()
+        other.wait(10)

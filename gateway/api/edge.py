@@ -1,0 +1,102 @@
+"""What the routes beyond completions and chat share: reading a JSON body, the model check, bookkeeping.
+
+The two completion routes keep their own, tuned path (:mod:`gateway.api.routes`); these helpers serve
+``/v1/responses``, ``/v1/embeddings``, ``/tokenize``, ``/detokenize`` and the routes passed through,
+with the same rules: the caller's key, the body's size and time limits, OpenAI-shaped errors naming
+the field at fault, and one observed record per request.
+"""
+
+from __future__ import annotations
+
+import os
+from time import perf_counter
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from gateway.api.errors import APIError
+from gateway.api.request import check_key, read_body
+from gateway.api.state import Gateway
+from gateway.routing.policy import Decision
+from gateway.types import Route
+from gateway.upstream.forward import Sent
+from gateway.upstream.stream import StreamMeter
+
+
+def request_id(request: Request) -> str:
+    return request.headers.get("x-request-id") or os.urandom(8).hex()
+
+
+async def read_checked(request: Request, gw: Gateway) -> bytes:
+    """The caller's key, then the body: at most ``limits.max_body_bytes``, in ``server.body_timeout_s``."""
+    check_key(request, gw.settings.auth.api_keys)
+    return await read_body(request, gw.settings.limits.max_body_bytes, gw.settings.server.body_timeout_s)
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying what is wrong with it."""
+    if not body:
+        raise APIError(400, "request body is empty; expected a JSON object")
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise APIError(400, f"request body is not valid JSON: {e}") from None
+    if not isinstance(payload, dict):
+        raise APIError(400, "request body must be a JSON object")
+    return payload
+
+
+def check_model(model: Any, models: frozenset[str]) -> None:
+    """A 404 naming ``model`` when no pool serves it (absent: the upstream's default); 400 if not a string."""
+    if model is None:
+        return
+    if not isinstance(model, str):
+        raise APIError(400, "'model' must be a string", param="model")
+    if model not in models:
+        shown = model if len(model) <= 256 else model[:256] + "..."
+        known = ", ".join(sorted(models))
+        raise APIError(404, f"The model `{shown}` does not exist. Valid models: {known}.", param="model")
+
+
+def upstream_headers(request: Request, gw: Gateway, rid: str, content_type: str | None) -> dict[str, str]:
+    """Headers for the upstream: the body's type, the request id, and (when configured) the caller's key."""
+    headers = {"accept-encoding": "identity", "x-request-id": rid}
+    if content_type:
+        headers["content-type"] = content_type
+    auth = gw.settings.auth
+    if auth.forward_client_authorization and not auth.api_keys and "authorization" in request.headers:
+        headers["authorization"] = request.headers["authorization"]
+    return headers
+
+
+def observe(
+    gw: Gateway,
+    *,
+    rid: str,
+    route: Route,
+    started: float,
+    status: int,
+    sent: Sent | None = None,
+    decision: Decision | None = None,
+    payload: dict[str, Any] | None = None,
+    meter: StreamMeter | None = None,
+    content: bytes | None = None,
+) -> None:
+    """One finished request to the metrics, the policy's feedback (routed requests) and the access log."""
+    record = gw.observer.record(
+        request_id=rid,
+        api=route,
+        started=started,
+        status=status,
+        decision=decision,
+        payload=payload,
+        sent=sent,
+        meter=meter,
+        content=content,
+    )
+    gw.observer.observe(record)
+
+
+def now() -> float:
+    return perf_counter()

@@ -1,0 +1,186 @@
+"""Routes forwarded without classification: embeddings, (de)tokenising, and any other ``/v1/*`` route.
+
+Both pools serve the same models, so these go to the baseline pool (speculation does nothing for
+them) and fail over to the speculative pool like any request. ``/v1/embeddings``, ``/tokenize`` and
+``/detokenize`` are JSON and idempotent: the body and its ``model`` are checked, and a failed try is
+sent again. Any other ``/v1/*`` route (audio, score, rerank, a route a newer vLLM adds) is passed
+through as it came, in either direction, with the caller's content type: its ``model`` is checked
+when the body names one (JSON or a multipart form), a ``GET`` is sent again like any idempotent
+request, and a ``POST`` only when no endpoint took it. Metrics label these by a bounded route name
+(:func:`route_label`), never by the raw path.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api import state
+from gateway.api.edge import (
+    check_model,
+    json_object,
+    now,
+    observe,
+    read_checked,
+    request_id,
+    upstream_headers,
+)
+from gateway.api.errors import APIError, error_response
+from gateway.api.routes import Relay, unless_disconnected
+from gateway.types import Route
+from gateway.upstream.forward import Sent
+
+#: the gateway's own routes under /v1: never passed through (a wrong method on them is a 405)
+OWN_PATHS = frozenset(
+    ("/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/responses", "/v1/embeddings")
+)
+
+_LABELS: dict[str, Route] = {
+    "audio": "audio",
+    "score": "score",
+    "rerank": "rerank",
+    "classify": "classify",
+    "pooling": "pooling",
+}
+
+_IDEMPOTENT = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS"))
+_FORM_MODEL = re.compile(rb'name="model"\r\n(?:[^\r\n]+\r\n)*\r\n([^\r\n]*)\r\n')
+
+
+def route_label(path: str) -> Route:
+    """The metrics label of a passed-through path: its first segment when it is a known vLLM route."""
+    head = path.removeprefix("/v1/").split("/", 1)[0]
+    return _LABELS.get(head, "other")
+
+
+async def embeddings(request: Request) -> Response:
+    return await _json_route(request, "/v1/embeddings", "embeddings")
+
+
+async def tokenize(request: Request) -> Response:
+    return await _json_route(request, "/tokenize", "tokenize")
+
+
+async def detokenize(request: Request) -> Response:
+    return await _json_route(request, "/detokenize", "detokenize")
+
+
+async def _json_route(request: Request, path: str, route: Route) -> Response:
+    """A JSON route served by any endpoint of the model: checked, forwarded, answered as it came."""
+    gw = state.of(request)
+    started, rid = now(), request_id(request)
+    try:
+        body = await read_checked(request, gw)
+        payload = json_object(body)
+        check_model(payload.get("model"), gw.models)
+        headers = upstream_headers(request, gw, rid, "application/json")
+        fetched = gw.upstreams.fetch(
+            path, body, headers, "baseline", first_byte_s=gw.settings.timeouts.total_s
+        )
+        sent, content = await unless_disconnected(request, fetched)
+    except APIError as e:
+        observe(gw, rid=rid, route=route, started=started, status=e.status)
+        return _error(e, rid)
+    status = sent.response.status
+    observe(gw, rid=rid, route=route, started=started, status=status, sent=sent, content=content)
+    return Response(
+        content,
+        status,
+        headers=_headers(sent, rid),
+        media_type=sent.response.headers.get("content-type", "application/json"),
+    )
+
+
+async def passthrough(request: Request) -> Response:
+    """Any other ``/v1/*`` route, to an endpoint of the model the body names (or of the baseline pool)."""
+    gw = state.of(request)
+    path = request.url.path
+    if path in OWN_PATHS:
+        return error_response(405, f"method {request.method} is not allowed on {path}")
+    started, rid, route = now(), request_id(request), route_label(path)
+    method = request.method
+    try:
+        body = await read_checked(request, gw)
+        content_type = request.headers.get("content-type")
+        check_model(_model(body, content_type), gw.models)
+        headers = upstream_headers(request, gw, rid, content_type)
+        if "accept" in request.headers:
+            headers["accept"] = request.headers["accept"]
+        raw = request.scope.get("raw_path")  # as the client encoded it (%2F stays %2F)
+        target = raw.decode("latin-1") if isinstance(raw, bytes) and raw else path
+        target += f"?{request.url.query}" if request.url.query else ""
+        sending = gw.upstreams.send(
+            target,
+            body,
+            headers,
+            "baseline",
+            first_byte_s=gw.settings.timeouts.total_s,
+            method=method,
+            idempotent=method in _IDEMPOTENT,
+        )
+        sent = await unless_disconnected(request, sending)
+    except APIError as e:
+        observe(gw, rid=rid, route=route, started=started, status=e.status)
+        return _error(e, rid)
+    status = sent.response.status
+    if status in (404, 405):
+        return await _no_route(request, gw, sent, rid, route, started)
+
+    def done(s: Sent, failed: int | None) -> None:
+        observe(gw, rid=rid, route=route, started=started, status=failed or status, sent=s)
+
+    media_type = sent.response.headers.get("content-type")
+    return Relay(
+        gw.upstreams.relay(sent, None, done), status, headers=_headers(sent, rid), media_type=media_type
+    )
+
+
+async def _no_route(
+    request: Request, gw: state.Gateway, sent: Sent, rid: str, route: Route, started: float
+) -> Response:
+    """An upstream that has no such route (or method): its own error if OpenAI-shaped, else ours.
+
+    vLLM answers an unknown route with FastAPI's ``{"detail": "Not Found"}``; the client gets the
+    gateway's error format, as for every other bad request.
+    """
+    status = sent.response.status
+    try:
+        content = await unless_disconnected(request, gw.upstreams.read_all(sent))
+    except APIError as e:
+        observe(gw, rid=rid, route=route, started=started, status=e.status, sent=sent)
+        return _error(e, rid)
+    observe(gw, rid=rid, route=route, started=started, status=status, sent=sent)
+    try:
+        shaped = isinstance(orjson.loads(content).get("error"), dict)
+    except (orjson.JSONDecodeError, AttributeError):
+        shaped = False
+    if shaped:
+        media_type = sent.response.headers.get("content-type", "application/json")
+        return Response(content, status, headers=_headers(sent, rid), media_type=media_type)
+    what = "no route" if status == 404 else "method not allowed on"
+    return error_response(status, f"{what} {request.method} {request.url.path}", None, _headers(sent, rid))
+
+
+def _model(body: bytes, content_type: str | None) -> Any:
+    """The ``model`` a passed-through body names: a JSON object's member or a multipart form's field."""
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    if kind == "application/json" or (not kind and body[:1] == b"{"):
+        payload = json_object(body) if body else {}
+        return payload.get("model")
+    if kind == "multipart/form-data":
+        found = _FORM_MODEL.search(body[:65536])
+        return found.group(1).decode("utf-8", "replace") if found else None
+    return None
+
+
+def _headers(sent: Sent, rid: str) -> dict[str, str]:
+    return {"x-specroute-pool": sent.pool, "x-request-id": rid}
+
+
+def _error(e: APIError, rid: str) -> Response:
+    message = f"{e.message} (request id {rid})" if e.status >= 500 else e.message
+    return error_response(e.status, message, e.param, {**e.headers, "x-request-id": rid})

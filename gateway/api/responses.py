@@ -1,0 +1,172 @@
+"""``POST /v1/responses``: classified and routed like a chat, forwarded as a Responses request.
+
+The classifier and the acceptance model read chats, so a Responses request is shown to them as the
+chat it amounts to (:func:`chat_view`): ``instructions`` as the system message, ``input`` as the
+messages, ``text.format`` as ``response_format``, ``tools``, ``temperature`` and the output limit.
+The request itself goes upstream unchanged. A stream (vLLM's named events) is relayed byte for byte
+and metered by :class:`~gateway.upstream.events.EventMeter` (TTFT at the first delta, the usage of
+the final event); a stream that breaks ends with an ``error`` event, as the Responses API reports one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api import state
+from gateway.api.edge import (
+    check_model,
+    json_object,
+    now,
+    observe,
+    read_checked,
+    request_id,
+    upstream_headers,
+)
+from gateway.api.errors import APIError, error_response, from_upstream
+from gateway.api.request import forced_pool
+from gateway.api.routes import Relay, decision_headers, unless_disconnected
+from gateway.errors import UpstreamError
+from gateway.routing.policy import Decision, RouteRequest
+from gateway.upstream.events import EventMeter
+from gateway.upstream.forward import Sent
+
+PATH = "/v1/responses"
+
+#: the JSON type of each Responses field the gateway reads or the classifier sees
+_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "input": (str, list),
+    "instructions": (str,),
+    "stream": (bool,),
+    "max_output_tokens": (int,),
+    "temperature": (int, float),
+    "top_p": (int, float),
+    "tools": (list,),
+    "tool_choice": (str, dict),
+    "text": (dict,),
+    "metadata": (dict,),
+    "parallel_tool_calls": (bool,),
+    "previous_response_id": (str,),
+    "store": (bool,),
+    "user": (str,),
+    "seed": (int,),
+}
+_NAMES = {str: "a string", list: "an array", bool: "a boolean", int: "an integer", dict: "an object"}
+
+
+def check_fields(payload: Mapping[str, Any]) -> None:
+    """A 400 naming the first field of the wrong JSON type; ``input`` is required."""
+    if payload.get("input") is None:
+        raise APIError(400, "'input' is a required property", param="input")
+    for name, types in _TYPES.items():
+        value = payload.get(name)
+        if value is None:
+            continue
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            expected = "a number" if float in types else " or ".join(_NAMES[t] for t in types)
+            raise APIError(400, f"'{name}' must be {expected}", param=name)
+
+
+def chat_view(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The chat a Responses request amounts to, for the classifier and the acceptance model."""
+    messages: list[dict[str, Any]] = []
+    if isinstance(payload.get("instructions"), str):
+        messages.append({"role": "system", "content": payload["instructions"]})
+    items = payload.get("input")
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+    elif isinstance(items, list):
+        for item in items:
+            if isinstance(item, dict) and isinstance(item.get("role"), str):
+                messages.append({"role": item["role"], "content": _text(item.get("content"))})
+    view: dict[str, Any] = {"messages": messages}
+    for key in ("model", "temperature", "top_p", "tools", "stream"):
+        if key in payload:
+            view[key] = payload[key]
+    if payload.get("max_output_tokens") is not None:
+        view["max_tokens"] = payload["max_output_tokens"]
+    text = payload.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and isinstance(fmt.get("type"), str):
+        view["response_format"] = {"type": fmt["type"]}
+    return view
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, dict)]
+        return "\n".join(t for t in texts if isinstance(t, str))
+    return ""
+
+
+async def responses(request: Request) -> Response:
+    """Validate → classify and decide (as a chat) → forward to ``/v1/responses`` → observe."""
+    gw = state.of(request)
+    started, rid = now(), request_id(request)
+    decision: Decision | None = None
+    view: dict[str, Any] | None = None
+    try:
+        body = await read_checked(request, gw)
+        payload = json_object(body)
+        check_fields(payload)
+        check_model(payload.get("model"), gw.models)
+        view = chat_view(payload)
+        forced = forced_pool(request, gw.settings.routing.allow_pool_override)
+        decision = gw.policy.decide(RouteRequest(view, "chat", forced))
+        gw.observer.decided(decision, gw.policy.strategy)
+        headers = upstream_headers(request, gw, rid, "application/json")
+        if payload.get("stream") is not True:
+            fetched = gw.upstreams.fetch(
+                PATH, body, headers, decision.pool, first_byte_s=gw.settings.timeouts.total_s
+            )
+            sent, content = await unless_disconnected(request, fetched)
+            gw.observer.forwarded(decision, sent.pool)
+            status = sent.response.status
+            observe(
+                gw, rid=rid, route="responses", started=started, status=status, sent=sent,
+                decision=decision, payload=view, content=content,
+            )  # fmt: skip
+            media_type = sent.response.headers.get("content-type", "application/json")
+            return Response(
+                content, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type
+            )
+        sent = await unless_disconnected(request, gw.upstreams.send(PATH, body, headers, decision.pool))
+    except APIError as e:
+        observe(
+            gw, rid=rid, route="responses", started=started, status=e.status, decision=decision, payload=view
+        )
+        message = f"{e.message} (request id {rid})" if e.status >= 500 else e.message
+        extra = decision_headers(decision, decision.pool, rid) if decision else {"x-request-id": rid}
+        return error_response(e.status, message, e.param, {**e.headers, **extra})
+    gw.observer.forwarded(decision, sent.pool)
+    status = sent.response.status
+    meter = EventMeter(started) if status < 300 else None
+    chosen = decision
+
+    def done(s: Sent, failed: int | None) -> None:
+        observe(
+            gw, rid=rid, route="responses", started=started, status=failed or status, sent=s,
+            decision=chosen, payload=view, meter=meter,
+        )  # fmt: skip
+
+    chunks = _ending_with_error_event(gw.upstreams.relay(sent, meter, done))
+    media_type = sent.response.headers.get("content-type", "text/event-stream")
+    return Relay(chunks, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type)
+
+
+async def _ending_with_error_event(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A Responses stream that broke ends with an ``error`` event (its ``code`` the HTTP status)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except UpstreamError as e:
+        error = from_upstream(e)
+        data = {"type": "error", "code": str(error.status), "message": error.message, "param": None}
+        yield b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"

@@ -1,0 +1,95 @@
+"""Metering a stream of named SSE events (vLLM's Responses API) while passing it through unchanged.
+
+A Responses stream is ``event: <type>`` and ``data: <json>`` lines per event, ending with
+``response.completed`` (or ``response.incomplete`` / ``response.failed``) and no ``[DONE]``. The
+first ``*.delta`` event is the first token (TTFT); each delta is one engine output (a chunk); the
+final event carries the usage (``output_tokens``). Whole events only go out, as for chat streams.
+An ``error`` event that reports a server error reaches the client with a generic message (its text, a
+trace or an address, goes to the log), as inside chat streams; a client error passes as it came.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import orjson
+
+from gateway.upstream.stream import StreamMeter
+
+_EVENT = b"event:"
+_DATA = b"data:"
+_DELTA = b".delta"
+_FINAL = frozenset((b"response.completed", b"response.incomplete", b"response.failed"))
+_ERROR_EVENT = b"event: error"
+
+log = logging.getLogger("specroute.upstream")
+
+
+@dataclass(slots=True)
+class EventMeter(StreamMeter):
+    """A :class:`StreamMeter` for named events: measures, never rewrites."""
+
+    def feed(self, raw: bytes) -> bytes:
+        buf = self._buf + raw if self._buf else raw
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._buf = buf
+            return b""
+        self._buf = buf[end + 2 :]
+        events = buf[:end].split(b"\n\n")
+        safe = [self._look(event) for event in events]
+        if _ERROR_EVENT not in buf:
+            return buf[: end + 2]
+        return b"".join(e + b"\n\n" for e in safe)
+
+    def _look(self, event: bytes) -> bytes:
+        """Measure one event; return it as the client may see it."""
+        kind = data = b""
+        for line in event.split(b"\n"):
+            if line.startswith(_EVENT):
+                kind = line[len(_EVENT) :].strip()
+            elif line.startswith(_DATA):
+                data = line[len(_DATA) :].strip()
+        if kind.endswith(_DELTA):
+            now = perf_counter()
+            if self.first_token_at is None:
+                self.first_token_at = now
+            self.last_at = now
+            self.chunks += 1
+        elif kind in _FINAL:
+            self.done = True
+            try:
+                response = orjson.loads(data).get("response")
+            except (orjson.JSONDecodeError, AttributeError):
+                return event
+            usage = response.get("usage") if isinstance(response, dict) else None
+            if isinstance(usage, dict):
+                out, inp = usage.get("output_tokens"), usage.get("input_tokens")
+                self.completion_tokens = out if isinstance(out, int) else None
+                self.prompt_tokens = inp if isinstance(inp, int) else None
+        elif kind == b"error":
+            try:
+                error = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                error = {"message": "error event"}
+            self.error = error if isinstance(error, dict) else {"message": str(error)}
+            return _client_safe(event, self.error)
+        return event
+
+
+def _client_safe(event: bytes, error: dict[str, Any]) -> bytes:
+    """A client error (a 4xx ``code``) as it came; anything else with its code and a generic message."""
+    code = error.get("code")
+    status = int(code) if isinstance(code, int | str) and str(code).isdigit() else None
+    if status is not None and 400 <= status < 500:
+        return event
+    log.warning("upstream error event in a Responses stream: %s", str(error.get("message"))[:2000])
+    shown = status or 500
+    safe = {"type": "error", "code": str(code) if code is not None else "500", "param": None}
+    safe["message"] = f"the upstream reported an error (HTTP {shown})"
+    if "sequence_number" in error:
+        safe["sequence_number"] = error["sequence_number"]
+    return b"event: error\ndata: " + orjson.dumps(safe)
