@@ -14,13 +14,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.observability import MULTIPROC_ENV, Metrics, render
 from gateway.upstream.pool import Endpoint
 
-#: every label a gateway series may carry: each takes a bounded set of values
+#: every label a gateway series may carry: each takes a bounded set of values (the build's: one per build)
 BOUNDED_LABELS = {"route", "pool", "class", "status", "strategy", "reason", "endpoint", "kind", "from_pool",
-                  "to_pool", "state", "outcome"}  # fmt: skip
+                  "to_pool", "state", "outcome", "version", "python", "revision"}  # fmt: skip
 #: a base unit, or what is counted; ``_estimate`` is a probability (alpha-hat), dimensionless;
-#: ``_up``, ``_ejected`` and ``_outlier`` are 0/1 states
+#: ``_up``, ``_ejected`` and ``_outlier`` are 0/1 states; ``_info`` is always 1 and says it in its labels
 UNITS = ("_seconds", "_ratio", "_requests", "_tokens", "_decisions", "_errors", "_retries", "_failovers",
-         "_resumptions", "_up", "_estimate", "_ejections", "_ejected", "_outlier")  # fmt: skip
+         "_resumptions", "_up", "_estimate", "_ejections", "_ejected", "_outlier", "_info")  # fmt: skip
 
 
 def _collectors(metrics: Metrics) -> list[object]:
