@@ -115,3 +115,10 @@ def test_workers_add_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     samples = _parse(render(Metrics())[0])
     assert samples[("specroute_requests_total", key)] == 7
     assert ("specroute_inflight_requests", ep) not in samples
+
+
+def test_every_series_is_documented() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    for c in _collectors(Metrics(CollectorRegistry())):
+        name = c._name + ("_total" if c._type == "counter" else "")  # type: ignore[attr-defined]
+        assert f"`{name}`" in doc, name
