@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1.7
 # SpecRoute gateway image. Build:  docker build -t specroute:0.1.0 .
+# With the source revision in specroute_build_info:  --build-arg GIT_REVISION="$(git rev-parse --short HEAD)"
 # Stage 1 builds a wheel of the project; stage 2 installs it with its runtime dependencies only,
 # so no sources, build tools or dev extras reach the final image.
 
@@ -17,13 +18,15 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG UID=10001
+ARG GIT_REVISION=unknown
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
     HOME=/tmp \
-    SPECROUTE_SERVER__HOST=0.0.0.0
+    SPECROUTE_SERVER__HOST=0.0.0.0 \
+    SPECROUTE_GIT_REVISION=${GIT_REVISION}
 # The wheel is bind-mounted from the build stage, so it never becomes a layer of its own.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m pip install --no-cache-dir /wheels/*.whl \

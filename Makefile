@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint typecheck unit test-timing test-vllm bench-compare bench-overhead train clean system-deps
+.PHONY: venv demo test lint typecheck unit test-timing test-vllm bench-compare bench-overhead train clean system-deps monitoring
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ test-timing: $(STAMP)
 
 test-vllm: $(STAMP)
 	bash tests/integration/real_vllm/run.sh
+
+# The Operator's rule object and the dashboard ConfigMap copy deploy/prometheus and deploy/grafana.
+monitoring: $(STAMP)
+	$(BIN)/python deploy/k8s/components/monitoring/generate.py
 
 train: $(STAMP)
 	$(BIN)/specroute train

@@ -119,7 +119,13 @@ class RetryConfig(_Strict):
         "request whose upstream body broke before the client received anything",
     )
     failover_to_other_pool: bool = True
-    backoff_s: float = Field(default=0.0, ge=0)
+    backoff_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="base of the pause before a retry: the n-th retry waits a random time in "
+        "[0, min(backoff_max_s, backoff_s * 2^(n-1))] (exponential back-off, full jitter); 0 retries at once",
+    )
+    backoff_max_s: float = Field(default=2.0, ge=0, description="the longest pause before a retry")
     panic: bool = Field(
         default=True,
         description="when no endpoint of the candidate pools is usable, try ejected or unhealthy ones "

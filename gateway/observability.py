@@ -8,6 +8,13 @@ worker would show a fraction of the traffic. ``gateway.server`` then points
 ``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before the workers start: every worker writes its
 values to memory-mapped files there and a scrape merges them (counters and histograms add up, each
 gauge follows its ``multiprocess_mode``).
+
+Beside its own series the gateway exports ``specroute_build_info`` (what is running), prometheus_client's
+``process_*`` series (CPU, memory, open file descriptors, start time) and ``python_info``. A process
+series describes one process, so with several workers they are exported per live worker, labelled with
+its ``pid`` (:class:`WorkerProcessCollector`): a scrape answered by any worker shows them all, and a
+worker's CPU counter never jumps to another worker's value. No ``_created`` series are exported: they
+double the sample count of every counter and histogram and no dashboard or rule reads them.
 """
 
 from __future__ import annotations
@@ -16,10 +23,12 @@ import glob
 import logging
 import math
 import os
+import platform
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
+from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 import orjson
@@ -29,10 +38,17 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.samples import Sample
+
+# Read when a scrape renders the samples; set once for the process, before any collector exists.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 class Endpoint(Protocol):
@@ -45,6 +61,8 @@ class Endpoint(Protocol):
 
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: The source revision the image was built from (the Dockerfile's ``GIT_REVISION`` build argument).
+REVISION_ENV = "SPECROUTE_GIT_REVISION"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.045, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1)
 
@@ -52,6 +70,19 @@ TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.045, 0.06, 0.08, 0.1, 0
 def multiprocess_dir() -> str | None:
     """The shared metrics directory when running with several workers, else ``None``."""
     return os.environ.get(MULTIPROC_ENV) or os.environ.get(MULTIPROC_ENV.lower()) or None
+
+
+def build_labels() -> dict[str, str]:
+    """``specroute_build_info``'s labels: package version, Python version, source revision."""
+    try:
+        package = version("specroute")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        package = "unknown"
+    return {
+        "version": package,
+        "python": platform.python_version(),
+        "revision": os.environ.get(REVISION_ENV) or "unknown",
+    }
 
 
 class Metrics:
@@ -65,6 +96,21 @@ class Metrics:
         r = None if shared else self.registry
         if shared:
             WorkersCollector(self.registry, shared)
+            WorkerProcessCollector(self.registry, shared)
+        else:
+            ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        build = build_labels()
+        self.build_info = Gauge(
+            "specroute_build_info",
+            "Always 1; the labels say which gateway build runs (package version, Python, source revision).",
+            list(build),
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        # In multiprocess mode this also leaves a live-gauge file per worker: how a scrape finds the
+        # workers whose process series to export.
+        self.build_info.labels(**build).set(1)
         self.requests = Counter(
             "specroute_requests",
             "Requests answered, by API route, serving pool, prompt class and HTTP status.",
@@ -83,6 +129,19 @@ class Metrics:
             "Decode time per output token: (e2e - TTFT) / (completion tokens - 1), from token counts.",
             ["pool", "class"],
             buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "specroute_prompt_tokens",
+            "Prompt tokens of answered requests, from the upstream's usage, by serving pool and class.",
+            ["pool", "class"],
+            registry=r,
+        )
+        self.completion_tokens = Counter(
+            "specroute_completion_tokens",
+            "Completion tokens of answered requests, from the upstream's usage (the last stream chunk's "
+            "for streams), by serving pool and class.",
+            ["pool", "class"],
             registry=r,
         )
         self.e2e = Histogram(
@@ -284,6 +343,58 @@ class WorkersCollector(MultiProcessCollector):
 
 
 _LIVE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db$")
+
+
+def live_workers(path: str) -> list[int]:
+    """Pids of the running workers that write to ``path`` (each leaves live-gauge files there)."""
+    pids = {
+        int(m.group(1))
+        for f in glob.glob(os.path.join(path, "gauge_live*.db"))
+        if (m := _LIVE_FILE.search(f))
+    }
+    return sorted(pid for pid in pids if _alive(pid))
+
+
+class WorkerProcessCollector:
+    """``process_*`` series of every live worker, each labelled with its ``pid`` (multiprocess mode).
+
+    prometheus_client's :class:`ProcessCollector` reads ``/proc/<pid>`` of one process and has no
+    multiprocess support: registered as it is, each scrape would report whichever worker answered, and
+    ``process_cpu_seconds_total`` would jump between workers' values. This reads each live worker's
+    ``/proc`` entry instead (workers share the host or container with the one answering).
+    """
+
+    def __init__(self, registry: CollectorRegistry, path: str, proc: str = "/proc"):
+        self.path = path
+        self.proc = proc
+        self._workers: dict[int, ProcessCollector] = {}
+        registry.register(self)
+
+    def _worker(self, pid: int) -> ProcessCollector:
+        found = self._workers.get(pid)
+        if found is None:
+            found = self._workers[pid] = ProcessCollector(pid=_constant(pid), proc=self.proc, registry=None)
+        return found
+
+    def collect(self) -> Iterable[Metric]:
+        pids = live_workers(self.path)
+        for gone in self._workers.keys() - set(pids):
+            del self._workers[gone]
+        families: dict[str, Metric] = {}
+        for pid in pids:
+            for family in self._worker(pid).collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = families[family.name] = Metric(family.name, family.documentation, family.type)
+                merged.samples += [
+                    Sample(s.name, {**s.labels, "pid": str(pid)}, s.value, s.timestamp, s.exemplar)
+                    for s in family.samples
+                ]
+        return list(families.values())
+
+
+def _constant(pid: int) -> Callable[[], int]:
+    return lambda: pid
 
 
 def prune_dead_workers(path: str) -> None:

@@ -43,6 +43,7 @@ class RequestRecord:
     tpot_s: float | None = None
     e2e_s: float = 0.0
     completion_tokens: int | None = None
+    prompt_tokens: int | None = None  # from the upstream's usage; counted, not logged
     chunks: int = 0
     measured: Measured | None = None  # acceptance measured on this response (speculative pool only)
     resumed_on: list[str] | None = None  # where a broken stream went on, in order
@@ -169,10 +170,11 @@ class Observer:
             rec.endpoint = resumption.broken[0].name if resumed_on and resumption else sent.endpoint.name
         if meter is not None:
             rec.completion_tokens, rec.chunks = meter.completion_tokens, meter.chunks
+            rec.prompt_tokens = meter.prompt_tokens
             if meter.first_token_at is not None:
                 rec.ttft_s = meter.first_token_at - started
         elif content is not None and status < 300:
-            rec.completion_tokens = _completion_tokens(content)
+            rec.prompt_tokens, rec.completion_tokens = _usage_tokens(content)
         if not rec.served:
             return rec
         if rec.ttft_s is not None and rec.completion_tokens and rec.completion_tokens > 1:
@@ -212,6 +214,10 @@ class Observer:
         if not rec.served:
             return
         metrics.e2e.labels(pool, cls).observe(rec.e2e_s)
+        if rec.prompt_tokens:
+            metrics.prompt_tokens.labels(pool, cls).inc(rec.prompt_tokens)
+        if rec.completion_tokens:
+            metrics.completion_tokens.labels(pool, cls).inc(rec.completion_tokens)
         if rec.ttft_s is not None:
             metrics.ttft.labels(pool, cls).observe(rec.ttft_s)
         if rec.tpot_s is not None:
@@ -228,18 +234,22 @@ class Observer:
         return measured or from_token_steps(meter.token_steps, k)
 
 
-def _completion_tokens(content: bytes) -> int | None:
+def _usage_tokens(content: bytes) -> tuple[int | None, int | None]:
+    """``(prompt_tokens, completion_tokens)`` from a whole response body's ``usage``."""
     try:
         obj = orjson.loads(content)
     except orjson.JSONDecodeError:
-        return None
+        return None, None
     usage = obj.get("usage") if isinstance(obj, dict) else None
     if not isinstance(usage, dict):
-        return None
-    tokens = usage.get("completion_tokens")
-    if tokens is None:
-        tokens = usage.get("output_tokens")  # a Responses body
-    return tokens if isinstance(tokens, int) else None
+        return None, None
+    # chat and completions name them prompt/completion_tokens; a Responses body input/output_tokens
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    completion = usage.get("completion_tokens", usage.get("output_tokens"))
+    return (
+        prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else None,
+        completion if isinstance(completion, int) and not isinstance(completion, bool) else None,
+    )
 
 
 def _prompt(payload: Mapping[str, Any] | None) -> object | None:

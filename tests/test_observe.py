@@ -174,3 +174,43 @@ def test_a_refused_request_is_counted_not_timed(capsys: pytest.CaptureFixture[st
     labels = {"route": "completions", "pool": "none", "class": "none", "status": "400"}
     assert _sample(metrics, "specroute_requests_total", **labels) == 1
     assert _sample(metrics, "specroute_request_duration_seconds_count", pool="none", **{"class": "none"}) == 0
+
+
+def test_tokens_are_counted_from_stream_usage() -> None:
+    metrics, policy = Metrics(), Learner()
+    observer = _observer(policy, metrics, access_log=False)
+    started = perf_counter()
+    meter = _meter(started)
+    meter.prompt_tokens = 21
+    for _ in range(2):
+        observer.observe(
+            observer.record(
+                request_id="r4", api="chat", started=started, status=200, decision=DECISION, sent=_sent(),
+                meter=meter,
+            )
+        )  # fmt: skip
+    labels = {"pool": "speculative", "class": "structured"}
+    assert _sample(metrics, "specroute_prompt_tokens_total", **labels) == 2 * 21
+    assert _sample(metrics, "specroute_completion_tokens_total", **labels) == 2 * 13
+
+
+def test_tokens_are_counted_from_a_whole_body_and_not_for_errors() -> None:
+    metrics, policy = Metrics(), Learner()
+    observer = _observer(policy, metrics, access_log=False)
+    body = orjson.dumps({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}})
+    for status in (200, 500):
+        observer.observe(
+            observer.record(
+                request_id="r5", api="completions", started=perf_counter(), status=status,
+                decision=DECISION, sent=_sent(), content=body,
+            )
+        )  # fmt: skip
+    labels = {"pool": "speculative", "class": "structured"}
+    assert _sample(metrics, "specroute_prompt_tokens_total", **labels) == 7
+    assert _sample(metrics, "specroute_completion_tokens_total", **labels) == 5
+    broken = orjson.dumps({"usage": {"prompt_tokens": True, "completion_tokens": "5"}})
+    rec = observer.record(
+        request_id="r6", api="completions", started=perf_counter(), status=200, decision=DECISION,
+        sent=_sent(), content=broken,
+    )  # fmt: skip
+    assert (rec.prompt_tokens, rec.completion_tokens) == (None, None)

@@ -18,6 +18,7 @@ import orjson
 
 from gateway.bench.client import Client, HTTPError
 from gateway.bench.workloads import RequestSpec
+from gateway.upstream.sse import EventBuffer
 from gateway.upstream.stream import has_output
 
 DIRECT = "direct"
@@ -107,29 +108,24 @@ async def send(target: Target, spec: RequestSpec, rec: Record, limit_s: float) -
 
 
 async def _read_stream(chunks: Any, rec: Record, t0: float) -> None:
-    buf = b""
-    async for data in chunks:
-        buf += data
-        while (cut := buf.find(b"\n\n")) >= 0:
-            event, buf = buf[:cut], buf[cut + 2 :]
-            for line in event.split(b"\n"):
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    continue
-                obj = orjson.loads(payload)
-                if not isinstance(obj, dict):
-                    continue
-                if "error" in obj:
-                    rec.error = f"stream error: {str(obj['error'])[:200]}"
-                choices = obj.get("choices")
-                if choices and has_output(choices):
-                    rec.chunks += 1
-                    if rec.ttft is None:
-                        rec.ttft = time.perf_counter() - t0
-                if obj.get("usage"):
-                    _usage(rec, obj["usage"])
+    sse = EventBuffer()
+    async for raw in chunks:
+        for event in sse.feed(raw)[0]:
+            payload = sse.data(event)
+            if payload is None or payload == b"[DONE]":
+                continue
+            obj = orjson.loads(payload)
+            if not isinstance(obj, dict):
+                continue
+            if "error" in obj:
+                rec.error = f"stream error: {str(obj['error'])[:200]}"
+            choices = obj.get("choices")
+            if choices and has_output(choices):
+                rec.chunks += 1
+                if rec.ttft is None:
+                    rec.ttft = time.perf_counter() - t0
+            if obj.get("usage"):
+                _usage(rec, obj["usage"])
 
 
 @dataclass

@@ -3,7 +3,8 @@
 A Responses stream is ``event: <type>`` and ``data: <json>`` lines per event, ending with
 ``response.completed`` (or ``response.incomplete`` / ``response.failed``) and no ``[DONE]``. The
 first ``*.delta`` event is the first token (TTFT); each delta is one engine output (a chunk); the
-final event carries the usage (``output_tokens``). Whole events only go out, as for chat streams.
+final event carries the usage (``output_tokens``). Whole events only go out, as for chat streams, framed
+by the same decoder (:mod:`gateway.upstream.sse`).
 An ``error`` event that reports a server error reaches the client with a generic message (its text, a
 trace or an address, goes to the log), as inside chat streams; a client error passes as it came.
 """
@@ -17,13 +18,11 @@ from typing import Any
 
 import orjson
 
+from gateway.upstream.sse import parse, with_data
 from gateway.upstream.stream import StreamMeter
 
-_EVENT = b"event:"
-_DATA = b"data:"
-_DELTA = b".delta"
-_FINAL = frozenset((b"response.completed", b"response.incomplete", b"response.failed"))
-_ERROR_EVENT = b"event: error"
+_DELTA = ".delta"
+_FINAL = frozenset(("response.completed", "response.incomplete", "response.failed"))
 
 log = logging.getLogger("specroute.upstream")
 
@@ -33,26 +32,16 @@ class EventMeter(StreamMeter):
     """A :class:`StreamMeter` for named events: measures, never rewrites."""
 
     def feed(self, raw: bytes) -> bytes:
-        buf = self._buf + raw if self._buf else raw
-        end = buf.rfind(b"\n\n")
-        if end < 0:
-            self._buf = buf
-            return b""
-        self._buf = buf[end + 2 :]
-        events = buf[:end].split(b"\n\n")
+        events, span = self._sse.feed(raw)
         safe = [self._look(event) for event in events]
-        if _ERROR_EVENT not in buf:
-            return buf[: end + 2]
+        if all(s is e for s, e in zip(safe, events, strict=True)):
+            return span  # nothing changed: the upstream bytes as they came
         return b"".join(e + b"\n\n" for e in safe)
 
     def _look(self, event: bytes) -> bytes:
         """Measure one event; return it as the client may see it."""
-        kind = data = b""
-        for line in event.split(b"\n"):
-            if line.startswith(_EVENT):
-                kind = line[len(_EVENT) :].strip()
-            elif line.startswith(_DATA):
-                data = line[len(_DATA) :].strip()
+        parsed = parse(event)
+        kind, data = parsed.event, parsed.data or b""
         if kind.endswith(_DELTA):
             now = perf_counter()
             if self.first_token_at is None:
@@ -70,7 +59,7 @@ class EventMeter(StreamMeter):
                 out, inp = usage.get("output_tokens"), usage.get("input_tokens")
                 self.completion_tokens = out if isinstance(out, int) else None
                 self.prompt_tokens = inp if isinstance(inp, int) else None
-        elif kind == b"error":
+        elif kind == "error":
             try:
                 error = orjson.loads(data)
             except orjson.JSONDecodeError:
@@ -92,4 +81,4 @@ def _client_safe(event: bytes, error: dict[str, Any]) -> bytes:
     safe["message"] = f"the upstream reported an error (HTTP {shown})"
     if "sequence_number" in error:
         safe["sequence_number"] = error["sequence_number"]
-    return b"event: error\ndata: " + orjson.dumps(safe)
+    return with_data(event, orjson.dumps(safe))

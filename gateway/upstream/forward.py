@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from gateway.errors import (
 )
 from gateway.observability import Metrics
 from gateway.types import OTHER_POOL, PoolName
+from gateway.upstream.backoff import retry_delay
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.stream import StreamMeter
@@ -83,6 +85,7 @@ class Upstreams:
         # connect only: how long a response may take is the first-byte / gap / total budget's business
         self._timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
         self._inflight: dict[Endpoint, Gauge] = {}
+        self.jitter: Callable[[], float] = random.random  # draws the pause before a retry
 
     def _busy(self, endpoint: Endpoint, delta: int) -> None:
         """Count a request in or out of an endpoint, in the balancer and in the shared gauge.
@@ -160,8 +163,11 @@ class Upstreams:
             attempt = len(tried)
             if attempt:
                 self.metrics.retries.labels(endpoint.pool).inc()
-                if self.settings.retries.backoff_s:
-                    await asyncio.sleep(self.settings.retries.backoff_s)
+                retries = self.settings.retries
+                if retries.backoff_s:
+                    await asyncio.sleep(
+                        retry_delay(attempt, retries.backoff_s, retries.backoff_max_s, self.jitter)
+                    )
             tried.append(endpoint)
             self._busy(endpoint, 1)
             sent_at = time.monotonic()

@@ -46,9 +46,9 @@ from typing import Any
 import orjson
 
 from gateway.upstream.pool import Endpoint
+from gateway.upstream.sse import EventBuffer
 from gateway.upstream.stream import request_usage
 
-_DATA = b"data: "
 _GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 
 
@@ -225,39 +225,35 @@ class Resumption:
 class Splice:
     """Rewrites a continuation stream into the rest of the first one.
 
-    Events are framed on the blank line; a ``data:`` JSON event is re-encoded with the first
+    Events are framed by :mod:`gateway.upstream.sse`; a ``data:`` JSON event is re-encoded with the first
     response's identity, summed token counts and without the continuation's own prompt ids (and,
     for chat, without its role chunk). ``[DONE]`` and anything else pass as they are.
     """
 
-    __slots__ = ("_buf", "chat", "prompt_tokens", "sent_tokens", "transcript")
+    __slots__ = ("_sse", "chat", "prompt_tokens", "sent_tokens", "transcript")
 
     def __init__(self, transcript: Transcript, chat: bool, sent_tokens: int, prompt_tokens: int | None):
         self.transcript = transcript
         self.chat = chat
         self.sent_tokens = sent_tokens
         self.prompt_tokens = prompt_tokens
-        self._buf = b""
+        self._sse = EventBuffer()
 
     def feed(self, raw: bytes) -> bytes:
-        buf = self._buf + raw
-        end = buf.rfind(b"\n\n")
-        if end < 0:
-            self._buf = buf
-            return b""
-        self._buf = buf[end + 2 :]
+        events, _ = self._sse.feed(raw)
         out = []
-        for event in buf[:end].split(b"\n\n"):
+        for event in events:
             kept = self._event(event)
             if kept is not None:
                 out.append(kept + b"\n\n")
         return b"".join(out)
 
     def _event(self, event: bytes) -> bytes | None:
-        if not event.startswith(_DATA):
+        data = self._sse.data(event)
+        if data is None:
             return event
         try:
-            obj = orjson.loads(event[len(_DATA) :])
+            obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             return event
         if not isinstance(obj, dict) or "error" in obj:
@@ -290,4 +286,4 @@ class Splice:
                 usage.get("prompt_tokens"), int
             ):
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        return _DATA + orjson.dumps(obj)
+        return self._sse.with_data(event, orjson.dumps(obj))

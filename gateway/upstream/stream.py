@@ -3,8 +3,9 @@
 The gateway asks every streamed upstream request for ``continuous_usage_stats`` so that each
 chunk carries the cumulative completion-token count: that is how it measures TTFT, TPOT per token
 (not per chunk) and, under speculation, tokens per engine step. What the client did not ask for
-is removed again, leaving the bytes the upstream would have sent without it. Events are framed on
-the blank line that ends each SSE event; an event is re-encoded only when it must be changed, and
+is removed again, leaving the bytes the upstream would have sent without it. Events are framed by
+:mod:`gateway.upstream.sse` (any line ends); when nothing is to be removed the upstream bytes are
+relayed unchanged, whole events at a time. An event is re-encoded only when it must be changed, and
 then by cutting the exact ``"usage":{...}`` bytes out rather than re-serialising the chunk.
 """
 
@@ -17,6 +18,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.upstream.sse import EventBuffer, data_of, with_data
+
 
 class Transcript(Protocol):
     """Whatever keeps a record of the chunks the client received (:mod:`gateway.upstream.resume`)."""
@@ -24,7 +27,6 @@ class Transcript(Protocol):
     def record(self, chunk: dict[str, Any]) -> None: ...
 
 
-_DATA = b"data: "
 _DONE = b"[DONE]"
 _ERROR = b'"error"'
 
@@ -42,7 +44,7 @@ def _client_safe(event: bytes, error: dict[str, Any]) -> bytes:
     status = code if isinstance(code, int) else 500
     kind = error.get("type") if isinstance(error.get("type"), str) else "InternalServerError"
     safe = {"message": f"the upstream reported an error (HTTP {status})", "type": kind, "param": None}
-    return _DATA + orjson.dumps({"error": {**safe, "code": status}})
+    return with_data(event, orjson.dumps({"error": {**safe, "code": status}}))
 
 
 def request_usage(payload: dict[str, Any]) -> tuple[bytes, bool, bool]:
@@ -95,44 +97,32 @@ class StreamMeter:
     transcript: Transcript | None = None  # what the client got, when the stream may be resumed
     strip_token_ids: bool = False  # the gateway asked for token ids the client did not
     done: bool = False
-    _buf: bytes = b""
+    _sse: EventBuffer = field(default_factory=EventBuffer)
     _held: bytes | None = None
 
     def feed(self, raw: bytes) -> bytes:
         """Take raw upstream bytes; return the bytes to send to the client now."""
-        buf = self._buf + raw if self._buf else raw
-        if self.keep_continuous and self.keep_usage_chunk and not self.strip_token_ids and _ERROR not in buf:
+        events, span = self._sse.feed(raw)
+        if self.keep_continuous and self.keep_usage_chunk and not self.strip_token_ids and _ERROR not in span:
             # Nothing to strip: forward the events as they came, frame only for measurement. Only
             # whole events go out, so that a stream that breaks can be resumed (or end with an error
             # event) on an event boundary.
-            end = buf.rfind(b"\n\n")
-            if end < 0:
-                self._buf = buf
-                return b""
-            self._buf = buf[end + 2 :]
-            for event in buf[:end].split(b"\n\n"):
+            for event in events:
                 self._event(event)
-            return buf if not self._buf else buf[: end + 2]
+            return span
         out: list[bytes] = []
-        start = 0
-        while True:
-            end = buf.find(b"\n\n", start)
-            if end < 0:
-                break
-            event = buf[start : end + 2]
-            start = end + 2
-            kept = self._event(event[:-2])
+        for event in events:
+            kept = self._event(event)
             if kept is not None:
                 out.append(kept + b"\n\n")
-        self._buf = buf[start:]
         return b"".join(out)
 
     def discard_partial(self) -> None:
         """Forget the unfinished event of a stream that broke: the client never saw any of it."""
-        self._buf = b""
+        self._sse.rest()
 
     def flush(self) -> bytes:
-        rest, self._buf = self._buf, b""
+        rest = self._sse.rest()
         held, self._held = self._held, None
         return held + b"\n\n" + rest if held is not None else rest
 
@@ -144,9 +134,9 @@ class StreamMeter:
         return held if event is None else held + b"\n\n" + event
 
     def _event(self, event: bytes) -> bytes | None:
-        if not event.startswith(_DATA):
+        data = self._sse.data(event)
+        if data is None:
             return event
-        data = event[len(_DATA) :]
         if data == _DONE:
             self.done = True
             return self._release(event)
@@ -190,11 +180,13 @@ class StreamMeter:
             # Without usage, vLLM puts the final chunk's extra members (system_fingerprint) on the
             # last chunk with a finish_reason, which was held back for this.
             extras = {k: v for k, v in obj.items() if k not in _CHUNK_KEYS}
-            if extras and self._held is not None:
-                self._held = self._held[:-1] + b"," + orjson.dumps(extras)[1:]
+            held = self._held
+            held_data = data_of(held) if held is not None else None
+            if extras and held is not None and held_data is not None:
+                self._held = with_data(held, held_data[:-1] + b"," + orjson.dumps(extras)[1:])
             return self._release(None)
         if usage is not None and choices and not self.keep_continuous:
-            event = _DATA + _cut_usage(data, usage)
+            event = self._sse.with_data(event, _cut_usage(data, usage))
         if self.strip_token_ids and choices:
             event = _null_ids(event)
         if not self.keep_usage_chunk and choices and _finished(choices):

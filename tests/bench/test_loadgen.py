@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from gateway.bench import loadgen, overhead
 from gateway.bench.client import Client
@@ -53,7 +54,9 @@ def test_errors_are_recorded_not_raised(bench_stack) -> None:
     assert all(r.status == 0 and r.error for r in dead)
 
 
-def test_sse_parsing_counts_chunks_with_output() -> None:
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+@pytest.mark.parametrize("sep", [b"data: ", b"data:"], ids=["space", "no-space"])
+def test_sse_parsing_counts_chunks_with_output(eol: bytes, sep: bytes) -> None:
     rec = loadgen.Record(0, "x", "chat", True, 0.0)
     events = [
         {"choices": [{"delta": {"role": "assistant", "content": ""}}]},
@@ -61,7 +64,14 @@ def test_sse_parsing_counts_chunks_with_output() -> None:
         {"choices": [{"delta": {"content": "cd"}}]},
         {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}},
     ]
-    raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    raw = (
+        b"".join(sep + orjson.dumps(e) + eol * 2 for e in events)
+        + b": done"
+        + eol
+        + sep
+        + b"[DONE]"
+        + eol * 2
+    )
 
     async def chunks():
         for i in range(0, len(raw), 7):  # events split across reads

@@ -21,7 +21,10 @@ from tests.deploy.k8s import BUILDS, K8S, Doc, find, one, render, selects
 # 1.34 is the first release with the DRA API (resource.k8s.io/v1) generally available.
 K8S_VERSION = "1.34.0"
 SCHEMAS = Path(__file__).parent / "schemas"
-CUSTOM_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): SCHEMAS / "servicemonitor.schema.json"}
+CUSTOM_SCHEMAS = {
+    ("monitoring.coreos.com/v1", kind): SCHEMAS / f"{kind.lower()}.schema.json"
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+}
 
 
 def validate(doc: Doc) -> None:

@@ -144,3 +144,40 @@ def test_a_server_error_event_reaches_the_client_without_its_text(keep: bool) ->
     assert b'"code":500' in out and b"InternalServerError" in out
     assert client in out and out.endswith(b"data: [DONE]\n\n")
     assert meter.error is not None and meter.error["code"] == 400  # the last error seen, as it came
+
+
+def _with_line_ends(raw: bytes, eol: bytes) -> bytes:
+    return raw.replace(b"\n", eol)
+
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\r"], ids=["crlf", "cr"])
+@pytest.mark.parametrize("size", [1, 13, 1 << 20])
+def test_any_line_ends_pass_through_unchanged_and_are_measured(vllm_fixture, eol, size):
+    plain = vllm_fixture("draftsame_chat_stream_usage.sse")
+    raw = _with_line_ends(plain, eol)
+    reference = StreamMeter(0.0)
+    _feed_in_pieces(reference, plain, 1 << 20)
+    meter = StreamMeter(0.0)
+    assert _feed_in_pieces(meter, raw, size) == raw
+    assert meter.completion_tokens == reference.completion_tokens
+    assert meter.token_steps == reference.token_steps and meter.chunks == reference.chunks and meter.done
+
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\r"], ids=["crlf", "cr"])
+def test_any_line_ends_have_usage_stripped(vllm_fixture, eol):
+    plain = vllm_fixture("ngram_chat_stream_usage.sse")
+    expected = _feed_in_pieces(StreamMeter(0.0, keep_usage_chunk=False, keep_continuous=False), plain, 100)
+    meter = StreamMeter(0.0, keep_usage_chunk=False, keep_continuous=False)
+    out = _feed_in_pieces(meter, _with_line_ends(plain, eol), 100)
+    # the rewritten events end in "\n\n"; what is inside each event is the same
+    assert out.replace(b"\r\n", b"\n").replace(b"\r", b"\n") == expected
+    assert meter.done and b'"usage"' not in out
+
+
+def test_data_without_a_space_is_read(vllm_fixture):
+    plain = vllm_fixture("draftsame_chat_stream_usage.sse")
+    raw = plain.replace(b"data: ", b"data:")
+    reference, meter = StreamMeter(0.0), StreamMeter(0.0)
+    _feed_in_pieces(reference, plain, 1 << 20)
+    assert _feed_in_pieces(meter, raw, 9) == raw
+    assert meter.token_steps == reference.token_steps and meter.done

@@ -25,6 +25,7 @@ from tests.observability.tooling import (
     dashboard_queries,
     panels,
     recording_rules,
+    substitute,
 )
 
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm"
@@ -90,14 +91,15 @@ def test_dashboard_covers_the_required_views() -> None:
     exprs = " ".join(e for _, e in dashboard_queries())
     for needle in (
         "specroute_requests",  # rate and errors
-        "specroute_time_to_first_token_seconds:p99",
-        "specroute_time_per_output_token_seconds:p50",
+        "histogram_quantile(0.99, sum by (pool, class, le) (rate(specroute_time_to_first_token_seconds",
+        "histogram_quantile(0.5, sum by (pool, class, le) (rate(specroute_time_per_output_token_seconds",
         "specroute_routing_decisions_total",
-        "class:specroute_acceptance",
+        "specroute_accepted_tokens_total",
+        "specroute_draft_tokens_total",
         "vllm:spec_decode_num_accepted_tokens_total",
         "vllm:spec_decode_num_draft_tokens_total",
-        "class:specroute_predicted_speedup",
-        "class:specroute_realised_speedup",
+        "specroute_predicted_speedup_ratio_sum",
+        'specroute_time_per_output_token_seconds_sum{pool="baseline"',
         "specroute_endpoint_up",
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
@@ -105,6 +107,21 @@ def test_dashboard_covers_the_required_views() -> None:
         "specroute_classifier_duration_seconds",
     ):
         assert needle in exprs, needle
+
+
+def test_panels_work_without_recording_rules() -> None:
+    """A panel reads raw series, or its description names every recording rule it needs.
+
+    A Prometheus without the rule files loaded (a plain install, an Operator without the PrometheusRule)
+    would otherwise show those panels empty with no hint why.
+    """
+    rules = {r for r, _ in recording_rules()}
+    assert rules, "no recording rules found"
+    for p in panels():
+        if p["type"] == "row":
+            continue
+        needed = {n for t in p["targets"] for n in series_in(substitute(t["expr"]))} & rules
+        assert {r for r in needed if r not in p["description"]} == set(), p["title"]
 
 
 def test_data_source_is_a_variable() -> None:

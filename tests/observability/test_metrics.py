@@ -14,13 +14,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.observability import MULTIPROC_ENV, Metrics, render
 from gateway.upstream.pool import Endpoint
 
-#: every label a gateway series may carry: each takes a bounded set of values
+#: every label a gateway series may carry: each takes a bounded set of values (the build's: one per build)
 BOUNDED_LABELS = {"route", "pool", "class", "status", "strategy", "reason", "endpoint", "kind", "from_pool",
-                  "to_pool", "state", "outcome"}  # fmt: skip
+                  "to_pool", "state", "outcome", "version", "python", "revision"}  # fmt: skip
 #: a base unit, or what is counted; ``_estimate`` is a probability (alpha-hat), dimensionless;
-#: ``_up``, ``_ejected`` and ``_outlier`` are 0/1 states
+#: ``_up``, ``_ejected`` and ``_outlier`` are 0/1 states; ``_info`` is always 1 and says it in its labels
 UNITS = ("_seconds", "_ratio", "_requests", "_tokens", "_decisions", "_errors", "_retries", "_failovers",
-         "_resumptions", "_up", "_estimate", "_ejections", "_ejected", "_outlier")  # fmt: skip
+         "_resumptions", "_up", "_estimate", "_ejections", "_ejected", "_outlier", "_info")  # fmt: skip
 
 
 def _collectors(metrics: Metrics) -> list[object]:
@@ -115,3 +115,10 @@ def test_workers_add_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     samples = _parse(render(Metrics())[0])
     assert samples[("specroute_requests_total", key)] == 7
     assert ("specroute_inflight_requests", ep) not in samples
+
+
+def test_every_series_is_documented() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    for c in _collectors(Metrics(CollectorRegistry())):
+        name = c._name + ("_total" if c._type == "counter" else "")  # type: ignore[attr-defined]
+        assert f"`{name}`" in doc, name

@@ -442,3 +442,20 @@ def test_chat_and_clients_that_ask_for_ids_themselves_are_sent_as_they_are() -> 
     assert chat.upstream_payload(with_token_ids=True) is chat.payload and not chat.strip_token_ids
     own = Resumption(False, "/v1/completions", {"prompt": "x", "return_token_ids": True}, {})
     assert own.upstream_payload(with_token_ids=True) is own.payload and not own.strip_token_ids
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+def test_the_splice_reads_any_line_ends(eol: bytes) -> None:
+    transcript = Transcript(id="chatcmpl-first", created=1, model="m", role_sent=True)
+    splice = Resumption(True, "/v1/chat/completions", {}, {}, transcript=transcript).splice()
+    head = {"id": "chatcmpl-second", "created": 2, "model": "m"}
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+        {**head, "choices": [{"index": 0, "delta": {"content": "x"}}]},
+    ]
+    raw = b"".join(b"data:" + orjson.dumps(c) + eol * 2 for c in chunks) + b"data: [DONE]" + eol * 2
+    out = b"".join(splice.feed(raw[i : i + 5]) for i in range(0, len(raw), 5))
+    events = [e for e in out.split(b"\n\n") if e]
+    assert events[-1].rstrip(b"\r\n") == b"data: [DONE]"
+    (rest,) = [orjson.loads(e[6:]) for e in events[:-1]]  # the repeated role chunk is dropped
+    assert rest["id"] == "chatcmpl-first" and rest["choices"][0]["delta"] == {"content": "x"}
