@@ -8,11 +8,12 @@ Invalid configuration raises :class:`ConfigError` whose message names the bad fi
 
 from __future__ import annotations
 
+import json
 import os
 from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator, model_validator
@@ -329,12 +330,74 @@ def _where(
 def _format_validation_error(
     err: ValidationError, file: str | None, file_data: dict[str, Any], flags: dict[str, Any]
 ) -> str:
-    lines = ["invalid configuration:"]
+    """One line: every bad key, what is wrong with it and the source that gave it."""
+    problems = []
     for e in err.errors():
         loc = tuple(e["loc"])
         key = ".".join(str(p) for p in loc) or "<root>"
-        lines.append(f"  {key}: {e['msg']} (from {_where(loc, file, file_data, flags)})")
-    return "\n".join(lines)
+        problems.append(f"{key}: {e['msg']} (from {_where(loc, file, file_data, flags)})")
+    return "invalid configuration: " + "; ".join(problems)
+
+
+def _is_structured(annotation: Any) -> bool:
+    """Whether a field's value is a list, mapping or section: what the environment must spell as JSON."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    origin = get_origin(annotation)
+    if origin in (list, dict, set, tuple):
+        return True
+    return any(_is_structured(arg) for arg in get_args(annotation) if arg is not type(None))
+
+
+def _field_at(path: list[str]) -> Any:
+    """The annotation of the settings field at ``path`` (lower-case names), or None if there is none."""
+    model: Any = Settings
+    annotation: Any = None
+    for part in path:
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        annotation = fields[part].annotation
+        model = annotation
+    return annotation
+
+
+def _undecodable_env() -> list[tuple[str, str]]:
+    """(variable, key) for each ``SPECROUTE_`` variable that sets a list or mapping with non-JSON text."""
+    found = []
+    for name, value in sorted(os.environ.items()):
+        if not name.upper().startswith("SPECROUTE_"):
+            continue
+        path = name[len("SPECROUTE_") :].lower().split("__")
+        annotation = _field_at(path)
+        if annotation is None or not _is_structured(annotation):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            found.append((name, ".".join(path)))
+    return found
+
+
+def _env_decode_error(err: SettingsError) -> str:
+    """pydantic-settings names only the section: name the variable, never its value (keys are secret)."""
+    culprits = _undecodable_env()
+    if not culprits:
+        cause = f": {err.__cause__}" if err.__cause__ else ""
+        return f"invalid configuration in the environment: {err}{cause}"
+    name, key = culprits[0]
+    return (
+        f"invalid configuration: {key}: the value of environment variable {name} is not JSON; lists and"
+        f' mappings are written as JSON there, e.g. SPECROUTE_AUTH__API_KEYS=\'["k1", "k2"]\''
+    )
+
+
+def _yaml_problem(path: str | Path, err: yaml.YAMLError) -> str:
+    """A YAML error in one line, with the line and column it was found at."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    return f"configuration {where} is not valid YAML: {problem}"
 
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
@@ -346,7 +409,7 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         except OSError as e:
             raise ConfigError(f"cannot read configuration {path}: {e.strerror}") from None
         except yaml.YAMLError as e:
-            raise ConfigError(f"configuration {path} is not valid YAML: {e}") from None
+            raise ConfigError(_yaml_problem(path, e)) from None
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
@@ -360,11 +423,7 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         raise ConfigError(_format_validation_error(e, str(path) if path else None, data, flags)) from None
     except SettingsError as e:
         # pydantic-settings could not decode a variable (a list or mapping must be JSON there)
-        cause = f": {e.__cause__}" if e.__cause__ else ""
-        raise ConfigError(
-            f"invalid configuration in the environment: {e}{cause} "
-            "(lists and mappings are JSON, e.g. SPECROUTE_AUTH__API_KEYS='[\"k1\"]')"
-        ) from None
+        raise ConfigError(_env_decode_error(e)) from None
     finally:
         _FILE_DATA.reset(token)
 
