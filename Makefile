@@ -11,7 +11,7 @@ DEMO_STAMP := $(DEMO_VENV)/.installed
 UV_VERSION := 0.13.9
 
 .PHONY: venv demo test lint typecheck unit test-timing test-vllm bench-compare bench-overhead train clean \
-	system-deps constraints
+	system-deps constraints docs
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ system-deps:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SYSTEM_PACKAGES); \
 		command -v service >/dev/null && service prometheus stop >/dev/null 2>&1 || true; \
 	fi
+
+# Generated documentation: the configuration reference comes from the settings model (gateway/config.py).
+docs: $(STAMP)
+	$(BIN)/specroute config docs --out docs/configuration.md
 
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/specroute demo

@@ -74,6 +74,25 @@ def demo_command(
     raise typer.Exit(run_demo(port=port, strategy=strategy, time_scale=time_scale))
 
 
+config_app = typer.Typer(help="The configuration: its reference, generated from the settings model.")
+
+
+@config_app.command("docs")
+def config_docs_command(
+    out: Annotated[
+        Path | None, typer.Option(help="write here (docs/configuration.md) instead of stdout")
+    ] = None,
+) -> None:
+    """Print the configuration reference (every key, type, default, environment variable) as Markdown."""
+    from gateway.config_reference import markdown
+
+    text = markdown()
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+
+
 def needs_extra(extra: str, command: str, run: Callable[..., Any]) -> Callable[..., Any]:
     """``run`` behind a check that ``extra`` is installed (typer reads the wrapped signature)."""
 
@@ -89,6 +108,7 @@ app.command("emulate")(emulate_command)
 app.command("train")(needs_extra("train", "specroute train", train_command))
 app.command("classify")(classify_command)
 app.add_typer(bench_app, name="bench")
+app.add_typer(config_app, name="config")
 
 
 def _usage_line(error: Exception) -> str:

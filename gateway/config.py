@@ -59,9 +59,13 @@ class UpstreamKeyConfig(_Strict):
 
 
 class EndpointConfig(UpstreamKeyConfig):
-    name: str = Field(min_length=1, max_length=64)
-    url: HttpUrl
-    weight: float = Field(default=1.0, gt=0)
+    name: str = Field(
+        min_length=1, max_length=64, description="shown in logs, `/ready` and the `endpoint` metric label"
+    )
+    url: HttpUrl = Field(description="the vLLM server's base URL, e.g. http://10.0.0.5:8000")
+    weight: float = Field(
+        default=1.0, gt=0, description="share of the pool's traffic, relative to the others"
+    )
 
     @property
     def base_url(self) -> str:
@@ -71,20 +75,31 @@ class EndpointConfig(UpstreamKeyConfig):
 class DiscoveryConfig(_Strict):
     """Endpoints from the DNS of a headless Service, re-resolved every ``interval_s``."""
 
-    hostname: str = Field(min_length=1)
-    port: int = Field(default=8000, ge=1, le=65535)
+    hostname: str = Field(
+        min_length=1, description="a headless Service's name: one A/AAAA record per ready vLLM Pod"
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="the vLLM servers' port")
     scheme: Literal["http", "https"] = "http"
-    interval_s: float = Field(default=10.0, gt=0)
+    interval_s: float = Field(default=10.0, gt=0, description="how often the name is resolved again")
 
 
 class PoolConfig(UpstreamKeyConfig):
     """A pool's key source applies to each of its endpoints that names none of its own."""
 
-    endpoints: list[EndpointConfig] = Field(default_factory=list)
+    endpoints: list[EndpointConfig] = Field(
+        default_factory=list, description="static endpoints (beside or instead of `discovery`)"
+    )
     discovery: DiscoveryConfig | None = None
-    models: list[str] = Field(min_length=1, description="Served model names")
-    num_speculative_tokens: int | None = Field(default=None, ge=1, le=64)
-    draft_cost_ratio: float | None = Field(default=None, ge=0, lt=1)
+    models: list[str] = Field(min_length=1, description="served model names, the same in both pools")
+    num_speculative_tokens: int | None = Field(
+        default=None, ge=1, le=64, description="k, draft tokens per step (speculative pool; else learned)"
+    )
+    draft_cost_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        lt=1,
+        description="c, one draft step's cost relative to a target step (speculative pool)",
+    )
 
     @model_validator(mode="after")
     def _has_endpoints(self) -> PoolConfig:
@@ -105,10 +120,12 @@ class PoolsConfig(_Strict):
 
 
 class TimeoutsConfig(_Strict):
-    connect_s: float = Field(default=2.0, gt=0)
+    connect_s: float = Field(default=2.0, gt=0, description="to open a connection to an upstream")
     first_byte_s: float = Field(default=60.0, gt=0, description="until the upstream's response headers")
     chunk_gap_s: float = Field(default=30.0, gt=0, description="longest silence inside a stream")
-    total_s: float = Field(default=600.0, gt=0)
+    total_s: float = Field(
+        default=600.0, gt=0, description="a whole request, retries and resumptions included"
+    )
 
 
 class RetryConfig(_Strict):
@@ -119,8 +136,10 @@ class RetryConfig(_Strict):
         description="tries in all, across endpoints and pools, including the resends of a non-streamed "
         "request whose upstream body broke before the client received anything",
     )
-    failover_to_other_pool: bool = True
-    backoff_s: float = Field(default=0.0, ge=0)
+    failover_to_other_pool: bool = Field(
+        default=True, description="retry on the other pool (same model) when the decided one cannot serve"
+    )
+    backoff_s: float = Field(default=0.0, ge=0, description="wait between tries")
     panic: bool = Field(
         default=True,
         description="when no endpoint of the candidate pools is usable, try ejected or unhealthy ones "
@@ -141,11 +160,13 @@ class RetryConfig(_Strict):
 
 class HealthConfig(_Strict):
     interval_s: float = Field(default=5.0, gt=0, description="active check period; a pass ends an ejection")
-    timeout_s: float = Field(default=2.0, gt=0)
-    path: str = "/health"
-    eject_after_failures: int = Field(default=2, ge=1)
-    eject_base_s: float = Field(default=2.0, gt=0)
-    eject_max_s: float = Field(default=60.0, gt=0)
+    timeout_s: float = Field(default=2.0, gt=0, description="a check that takes longer fails")
+    path: str = Field(default="/health", description="checked on every endpoint; 200 = healthy")
+    eject_after_failures: int = Field(
+        default=2, ge=1, description="consecutive failed requests that eject an endpoint"
+    )
+    eject_base_s: float = Field(default=2.0, gt=0, description="first ejection; doubled on each repeat")
+    eject_max_s: float = Field(default=60.0, gt=0, description="longest ejection")
     max_ejection_percent: float = Field(
         default=50.0,
         ge=0,
@@ -178,12 +199,18 @@ class AuthConfig(_Strict):
 
 
 class LimitsConfig(_Strict):
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="larger request bodies get a 413")
 
 
 class RoutingConfig(_Strict):
-    strategy: Strategy = Strategy.ADAPTIVE
-    allow_pool_override: bool = True
+    strategy: Strategy = Field(
+        default=Strategy.ADAPTIVE,
+        description="adaptive: the pool predicted to finish sooner; classifier: by the prompt's class;"
+        " always-speculative / always-baseline: one pool (all strategies measure and learn alike)",
+    )
+    allow_pool_override: bool = Field(
+        default=True, description="a request header `x-specroute-pool` forces the pool"
+    )
     margin: float = Field(
         default=0.1,
         ge=0,
@@ -202,7 +229,9 @@ class RoutingConfig(_Strict):
         description="share of requests predicted for baseline sent to speculative anyway; with the"
         " per-request model a floor under the exploration its uncertainty asks for",
     )
-    scrape_interval_s: float = Field(default=3.0, gt=0)
+    scrape_interval_s: float = Field(
+        default=3.0, gt=0, description="how often each endpoint's vLLM `/metrics` is read"
+    )
     half_life_s: float = Field(default=60.0, gt=0, description="how fast live estimates forget")
     acceptance_half_life_s: float = Field(
         default=600.0,
@@ -210,20 +239,24 @@ class RoutingConfig(_Strict):
         description="how fast the per-request acceptance model's certainty fades (its weights' variance"
         " grows back to the prior's); sudden changes are caught by its change detector, not by this",
     )
-    seed: int | None = None
+    seed: int | None = Field(default=None, description="seeds exploration, for reproducible runs")
 
 
 class LoggingConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
-    access_log: bool = True
-    log_prompts: bool = False
+    access_log: bool = Field(default=True, description="one JSON line per request on stdout")
+    log_prompts: bool = Field(default=False, description="add the prompt to the access log line")
 
 
 class ServerConfig(_Strict):
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", description="address to listen on (0.0.0.0: every interface)")
     port: int = Field(default=8000, ge=0, le=65535)
-    workers: int = Field(default=1, ge=1, le=64)
-    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    workers: int = Field(
+        default=1, ge=1, le=64, description="gateway processes; one per core the gateway has to itself"
+    )
+    shutdown_grace_s: float = Field(
+        default=30.0, ge=0, description="after SIGTERM, how long in-flight requests and streams may finish"
+    )
     header_timeout_s: float = Field(
         default=10.0, gt=0, description="to receive a request's line and headers once it has begun"
     )
