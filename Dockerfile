@@ -10,7 +10,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
-COPY pyproject.toml README.md constraints.txt ./
+COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY gateway ./gateway
 COPY classifiers ./classifiers
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . && cp constraints.txt /wheels/
