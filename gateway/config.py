@@ -124,7 +124,10 @@ class TimeoutsConfig(_Strict):
     first_byte_s: float = Field(default=60.0, gt=0, description="until the upstream's response headers")
     chunk_gap_s: float = Field(default=30.0, gt=0, description="longest silence inside a stream")
     total_s: float = Field(
-        default=600.0, gt=0, description="a whole request, retries and resumptions included"
+        default=600.0,
+        gt=0,
+        description="longest a response may stream, resumptions included; also how long a non-streamed"
+        " request waits for its answer",
     )
 
 
