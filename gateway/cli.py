@@ -136,6 +136,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             typer.echo(_usage_line(e), err=True)
             return int(e.exit_code)
+        if isinstance(e, typer.Abort):
+            typer.echo("Aborted!", err=True)
+            return 1
         raise
     return result if isinstance(result, int) else 0
 
