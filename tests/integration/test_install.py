@@ -93,6 +93,10 @@ def test_the_wheel_declares_serving_dependencies_and_extras(wheel: Path) -> None
 def test_serve_works_and_the_extras_libraries_are_absent(installed: Path) -> None:
     proc = _run(installed / "bin" / "specroute", "serve", "--help")
     assert proc.returncode == 0 and "--config" in proc.stdout, proc.stdout + proc.stderr
+    # everything serving and the demo load (uvloop, httptools, the classifier's weights) is there
+    serving = "import gateway.app, gateway.server, gateway.demo, gateway.emulator.server, classifiers; "
+    proc = _run(installed / "bin" / "python", "-c", serving + "classifiers.load_default()")
+    assert proc.returncode == 0, proc.stderr
     probe = f"import importlib.util as u; print(','.join(m for m in {HEAVY!r} if u.find_spec(m)))"
     proc = _run(installed / "bin" / "python", "-c", probe)
     assert proc.returncode == 0 and proc.stdout.strip() == "", f"importable: {proc.stdout} {proc.stderr}"
