@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1.7
 # SpecRoute gateway image. Build:  docker build -t specroute:0.1.0 .
 # With the source revision in specroute_build_info:  --build-arg GIT_REVISION="$(git rev-parse --short HEAD)"
-# Stage 1 builds a wheel of the project; stage 2 installs it with its runtime dependencies only,
-# so no sources, build tools or dev extras reach the final image.
+# Stage 1 builds a wheel of the project; stage 2 installs it with its serving dependencies only, at the
+# versions pinned in constraints.txt, so no sources, build tools or extras reach the final image.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -11,10 +11,10 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY gateway ./gateway
 COPY classifiers ./classifiers
-RUN python -m pip wheel --no-deps --wheel-dir /wheels .
+RUN python -m pip wheel --no-deps --wheel-dir /wheels . && cp constraints.txt /wheels/
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG UID=10001
@@ -27,9 +27,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
     SPECROUTE_SERVER__HOST=0.0.0.0 \
     SPECROUTE_GIT_REVISION=${GIT_REVISION}
-# The wheel is bind-mounted from the build stage, so it never becomes a layer of its own.
+# The wheel and the constraints are bind-mounted from the build stage, so they never become a layer.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python -m pip install --no-cache-dir /wheels/*.whl \
+    python -m pip install --no-cache-dir -c /wheels/constraints.txt /wheels/*.whl \
     && groupadd --system --gid "${UID}" specroute \
     && useradd --system --uid "${UID}" --gid "${UID}" --no-create-home --shell /usr/sbin/nologin specroute \
     && mkdir -p /etc/specroute

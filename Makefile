@@ -1,19 +1,39 @@
 # Each target creates or refreshes its own virtual environment, so a fresh clone needs only
-# `make demo` or `make test`.
+# `make demo` or `make test`. Every install is held to the versions pinned in constraints.txt.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CONSTRAINTS := constraints.txt
+# The demo's own environment: the gateway and the emulator, no dev tools.
+DEMO_VENV ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+UV_VERSION := 0.13.9
 
-.PHONY: venv demo test lint typecheck unit test-timing test-vllm bench-compare bench-overhead train clean system-deps monitoring
+.PHONY: venv demo test lint typecheck unit test-timing test-vllm bench-compare bench-overhead train clean \
+	system-deps constraints docs monitoring
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml $(CONSTRAINTS)
+	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install -q -c $(CONSTRAINTS) -e '.[emulator]'
+	touch $(DEMO_STAMP)
+
+# Re-pin constraints.txt after a change to the dependencies in pyproject.toml: pins already there are kept
+# where they still fit; `make constraints UPGRADE=1` moves every pin to the newest release that fits.
+constraints:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/uv || $(BIN)/python -m pip install -q 'uv==$(UV_VERSION)'
+	$(BIN)/uv pip compile -q pyproject.toml --all-extras --python-version 3.11 $(if $(UPGRADE),--upgrade) \
+		--custom-compile-command 'make constraints' -o $(CONSTRAINTS)
 
 # Debian packages the tests drive: prometheus/promtool (rules, alerts, a real scrape) and kubectl (kustomize).
 SYSTEM_PACKAGES := prometheus kubectl
@@ -25,8 +45,12 @@ system-deps:
 		command -v service >/dev/null && service prometheus stop >/dev/null 2>&1 || true; \
 	fi
 
-demo: $(STAMP)
-	$(BIN)/specroute demo
+# Generated documentation: the configuration reference comes from the settings model (gateway/config.py).
+docs: $(STAMP)
+	$(BIN)/specroute config docs --out docs/configuration.md
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/specroute demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -62,4 +86,4 @@ bench-overhead: $(STAMP)
 	$(BIN)/specroute bench overhead --max-throughput --json bench-results/overhead.json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .ruff_cache .pytest_cache

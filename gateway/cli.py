@@ -2,18 +2,30 @@
 
 Each sub-command lives beside the code it drives; this module only assembles them, and heavy imports
 happen inside the commands so that ``specroute --help`` stays instant.
+
+Whatever goes wrong before the gateway runs is said in one line on stderr that names what to change (a
+flag, a configuration key and where it came from, a port, an extra to install), with a non-zero exit
+and no traceback: a newcomer's first error should be the fix, not a stack.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from classifiers.cli import classify_command, train_command
 from gateway.bench.cli import bench_app
 from gateway.emulator.cli import emulate_command
+from gateway.extras import MissingExtra, require
+
+# Exit statuses: a usage or configuration error, and a gateway that could not start where it was told to.
+EXIT_USAGE = 2
+EXIT_STARTUP = 3
 
 app = typer.Typer(
     name="specroute",
@@ -33,7 +45,7 @@ def serve_command(
 ) -> None:
     """Run the gateway."""
     from gateway.config import ConfigError, load_settings
-    from gateway.server import serve
+    from gateway.server import StartupError, serve
 
     overrides: dict[str, dict[str, object]] = {"server": {}}
     for key, value in (("host", host), ("port", port), ("workers", workers)):
@@ -44,7 +56,10 @@ def serve_command(
         serve(settings, config_path=config)
     except ConfigError as e:
         typer.echo(str(e), err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_USAGE) from None
+    except StartupError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(EXIT_STARTUP) from None
 
 
 @app.command("demo")
@@ -70,14 +85,77 @@ def tokenizer_command(
     typer.echo(write(out, max_model_len))
 
 
+config_app = typer.Typer(help="The configuration: its reference, generated from the settings model.")
+
+
+@config_app.command("docs")
+def config_docs_command(
+    out: Annotated[
+        Path | None, typer.Option(help="write here (docs/configuration.md) instead of stdout")
+    ] = None,
+) -> None:
+    """Print the configuration reference (every key, type, default, environment variable) as Markdown."""
+    from gateway.config_reference import markdown
+
+    text = markdown()
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+
+
+def needs_extra(extra: str, command: str, run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` behind a check that ``extra`` is installed (typer reads the wrapped signature)."""
+
+    @functools.wraps(run)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        require(extra, command)
+        return run(*args, **kwargs)
+
+    return checked
+
+
 app.command("emulate")(emulate_command)
-app.command("train")(train_command)
+app.command("train")(needs_extra("train", "specroute train", train_command))
 app.command("classify")(classify_command)
 app.add_typer(bench_app, name="bench")
+app.add_typer(config_app, name="config")
+
+
+def _usage_line(error: Exception) -> str:
+    """A click usage error in one line: the command, what is wrong, where help is."""
+    ctx = getattr(error, "ctx", None)
+    path = ctx.command_path if ctx is not None else "specroute"
+    message = error.format_message() if hasattr(error, "format_message") else str(error)
+    return f"{path}: {message} (see `{path} --help`)"
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return its exit status instead of leaving the process."""
+    try:
+        result = app(
+            args=list(argv) if argv is not None else None, prog_name="specroute", standalone_mode=False
+        )
+    except MissingExtra as e:
+        typer.echo(str(e), err=True)
+        return 1
+    except Exception as e:
+        # typer bundles its own click: its exceptions are recognised by what they carry, not by class.
+        if type(e).__name__ == "NoArgsIsHelpError" and hasattr(e, "show"):
+            e.show()
+            return EXIT_USAGE
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            typer.echo(_usage_line(e), err=True)
+            return int(e.exit_code)
+        if isinstance(e, typer.Abort):
+            typer.echo("Aborted!", err=True)
+            return 1
+        raise
+    return result if isinstance(result, int) else 0
 
 
 def main() -> None:
-    app()
+    sys.exit(run())
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ Invalid configuration raises :class:`ConfigError` whose message names the bad fi
 
 from __future__ import annotations
 
+import json
 import os
 from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator, model_validator
@@ -58,9 +59,13 @@ class UpstreamKeyConfig(_Strict):
 
 
 class EndpointConfig(UpstreamKeyConfig):
-    name: str = Field(min_length=1, max_length=64)
-    url: HttpUrl
-    weight: float = Field(default=1.0, gt=0)
+    name: str = Field(
+        min_length=1, max_length=64, description="shown in logs, `/ready` and the `endpoint` metric label"
+    )
+    url: HttpUrl = Field(description="the vLLM server's base URL, e.g. http://10.0.0.5:8000")
+    weight: float = Field(
+        default=1.0, gt=0, description="share of the pool's traffic, relative to the others"
+    )
 
     @property
     def base_url(self) -> str:
@@ -70,20 +75,31 @@ class EndpointConfig(UpstreamKeyConfig):
 class DiscoveryConfig(_Strict):
     """Endpoints from the DNS of a headless Service, re-resolved every ``interval_s``."""
 
-    hostname: str = Field(min_length=1)
-    port: int = Field(default=8000, ge=1, le=65535)
+    hostname: str = Field(
+        min_length=1, description="a headless Service's name: one A/AAAA record per ready vLLM Pod"
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="the vLLM servers' port")
     scheme: Literal["http", "https"] = "http"
-    interval_s: float = Field(default=10.0, gt=0)
+    interval_s: float = Field(default=10.0, gt=0, description="how often the name is resolved again")
 
 
 class PoolConfig(UpstreamKeyConfig):
     """A pool's key source applies to each of its endpoints that names none of its own."""
 
-    endpoints: list[EndpointConfig] = Field(default_factory=list)
+    endpoints: list[EndpointConfig] = Field(
+        default_factory=list, description="static endpoints (beside or instead of `discovery`)"
+    )
     discovery: DiscoveryConfig | None = None
-    models: list[str] = Field(min_length=1, description="Served model names")
-    num_speculative_tokens: int | None = Field(default=None, ge=1, le=64)
-    draft_cost_ratio: float | None = Field(default=None, ge=0, lt=1)
+    models: list[str] = Field(min_length=1, description="served model names, the same in both pools")
+    num_speculative_tokens: int | None = Field(
+        default=None, ge=1, le=64, description="k, draft tokens per step (speculative pool; else learned)"
+    )
+    draft_cost_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        lt=1,
+        description="c, one draft step's cost relative to a target step (speculative pool)",
+    )
 
     @model_validator(mode="after")
     def _has_endpoints(self) -> PoolConfig:
@@ -104,10 +120,15 @@ class PoolsConfig(_Strict):
 
 
 class TimeoutsConfig(_Strict):
-    connect_s: float = Field(default=2.0, gt=0)
+    connect_s: float = Field(default=2.0, gt=0, description="to open a connection to an upstream")
     first_byte_s: float = Field(default=60.0, gt=0, description="until the upstream's response headers")
     chunk_gap_s: float = Field(default=30.0, gt=0, description="longest silence inside a stream")
-    total_s: float = Field(default=600.0, gt=0)
+    total_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="longest a response may stream, resumptions included; also how long a non-streamed"
+        " request waits for its answer",
+    )
 
 
 class RetryConfig(_Strict):
@@ -118,7 +139,9 @@ class RetryConfig(_Strict):
         description="tries in all, across endpoints and pools, including the resends of a non-streamed "
         "request whose upstream body broke before the client received anything",
     )
-    failover_to_other_pool: bool = True
+    failover_to_other_pool: bool = Field(
+        default=True, description="retry on the other pool (same model) when the decided one cannot serve"
+    )
     backoff_s: float = Field(
         default=0.0,
         ge=0,
@@ -146,11 +169,13 @@ class RetryConfig(_Strict):
 
 class HealthConfig(_Strict):
     interval_s: float = Field(default=5.0, gt=0, description="active check period; a pass ends an ejection")
-    timeout_s: float = Field(default=2.0, gt=0)
-    path: str = "/health"
-    eject_after_failures: int = Field(default=2, ge=1)
-    eject_base_s: float = Field(default=2.0, gt=0)
-    eject_max_s: float = Field(default=60.0, gt=0)
+    timeout_s: float = Field(default=2.0, gt=0, description="a check that takes longer fails")
+    path: str = Field(default="/health", description="checked on every endpoint; 200 = healthy")
+    eject_after_failures: int = Field(
+        default=2, ge=1, description="consecutive failed requests that eject an endpoint"
+    )
+    eject_base_s: float = Field(default=2.0, gt=0, description="first ejection; doubled on each repeat")
+    eject_max_s: float = Field(default=60.0, gt=0, description="longest ejection")
     max_ejection_percent: float = Field(
         default=50.0,
         ge=0,
@@ -189,7 +214,9 @@ class CorsConfig(_Strict):
         default_factory=list,
         description='origins allowed to call the gateway from a browser ("*": any); empty: CORS off',
     )
-    allow_methods: list[str] = Field(default_factory=lambda: ["GET", "POST"])
+    allow_methods: list[str] = Field(
+        default_factory=lambda: ["GET", "POST"], description="methods a browser may use across origins"
+    )
     allow_headers: list[str] = Field(
         default_factory=lambda: ["authorization", "content-type", "x-request-id"],
         description='request headers a browser may send ("*": any)',
@@ -218,12 +245,18 @@ class CorsConfig(_Strict):
 
 
 class LimitsConfig(_Strict):
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="larger request bodies get a 413")
 
 
 class RoutingConfig(_Strict):
-    strategy: Strategy = Strategy.ADAPTIVE
-    allow_pool_override: bool = True
+    strategy: Strategy = Field(
+        default=Strategy.ADAPTIVE,
+        description="adaptive: the pool predicted to finish sooner; classifier: by the prompt's class;"
+        " always-speculative / always-baseline: one pool (all strategies measure and learn alike)",
+    )
+    allow_pool_override: bool = Field(
+        default=True, description="a request header `x-specroute-pool` forces the pool"
+    )
     margin: float = Field(
         default=0.1,
         ge=0,
@@ -242,7 +275,9 @@ class RoutingConfig(_Strict):
         description="share of requests predicted for baseline sent to speculative anyway; with the"
         " per-request model a floor under the exploration its uncertainty asks for",
     )
-    scrape_interval_s: float = Field(default=3.0, gt=0)
+    scrape_interval_s: float = Field(
+        default=3.0, gt=0, description="how often each endpoint's vLLM `/metrics` is read"
+    )
     half_life_s: float = Field(default=60.0, gt=0, description="how fast live estimates forget")
     acceptance_half_life_s: float = Field(
         default=600.0,
@@ -250,20 +285,24 @@ class RoutingConfig(_Strict):
         description="how fast the per-request acceptance model's certainty fades (its weights' variance"
         " grows back to the prior's); sudden changes are caught by its change detector, not by this",
     )
-    seed: int | None = None
+    seed: int | None = Field(default=None, description="seeds exploration, for reproducible runs")
 
 
 class LoggingConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
-    access_log: bool = True
-    log_prompts: bool = False
+    access_log: bool = Field(default=True, description="one JSON line per request on stdout")
+    log_prompts: bool = Field(default=False, description="add the prompt to the access log line")
 
 
 class ServerConfig(_Strict):
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", description="address to listen on (0.0.0.0: every interface)")
     port: int = Field(default=8000, ge=0, le=65535)
-    workers: int = Field(default=1, ge=1, le=64)
-    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    workers: int = Field(
+        default=1, ge=1, le=64, description="gateway processes; one per core the gateway has to itself"
+    )
+    shutdown_grace_s: float = Field(
+        default=30.0, ge=0, description="after SIGTERM, how long in-flight requests and streams may finish"
+    )
     header_timeout_s: float = Field(
         default=10.0, gt=0, description="to receive a request's line and headers once it has begun"
     )
@@ -371,12 +410,74 @@ def _where(
 def _format_validation_error(
     err: ValidationError, file: str | None, file_data: dict[str, Any], flags: dict[str, Any]
 ) -> str:
-    lines = ["invalid configuration:"]
+    """One line: every bad key, what is wrong with it and the source that gave it."""
+    problems = []
     for e in err.errors():
         loc = tuple(e["loc"])
         key = ".".join(str(p) for p in loc) or "<root>"
-        lines.append(f"  {key}: {e['msg']} (from {_where(loc, file, file_data, flags)})")
-    return "\n".join(lines)
+        problems.append(f"{key}: {e['msg']} (from {_where(loc, file, file_data, flags)})")
+    return "invalid configuration: " + "; ".join(problems)
+
+
+def _is_structured(annotation: Any) -> bool:
+    """Whether a field's value is a list, mapping or section: what the environment must spell as JSON."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    origin = get_origin(annotation)
+    if origin in (list, dict, set, tuple):
+        return True
+    return any(_is_structured(arg) for arg in get_args(annotation) if arg is not type(None))
+
+
+def _field_at(path: list[str]) -> Any:
+    """The annotation of the settings field at ``path`` (lower-case names), or None if there is none."""
+    model: Any = Settings
+    annotation: Any = None
+    for part in path:
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        annotation = fields[part].annotation
+        model = annotation
+    return annotation
+
+
+def _undecodable_env() -> list[tuple[str, str]]:
+    """(variable, key) for each ``SPECROUTE_`` variable that sets a list or mapping with non-JSON text."""
+    found = []
+    for name, value in sorted(os.environ.items()):
+        if not name.upper().startswith("SPECROUTE_"):
+            continue
+        path = name[len("SPECROUTE_") :].lower().split("__")
+        annotation = _field_at(path)
+        if annotation is None or not _is_structured(annotation):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            found.append((name, ".".join(path)))
+    return found
+
+
+def _env_decode_error(err: SettingsError) -> str:
+    """pydantic-settings names only the section: name the variable, never its value (keys are secret)."""
+    culprits = _undecodable_env()
+    if not culprits:
+        cause = f": {err.__cause__}" if err.__cause__ else ""
+        return f"invalid configuration in the environment: {err}{cause}"
+    name, key = culprits[0]
+    return (
+        f"invalid configuration: {key}: the value of environment variable {name} is not JSON; lists and"
+        f' mappings are written as JSON there, e.g. SPECROUTE_AUTH__API_KEYS=\'["k1", "k2"]\''
+    )
+
+
+def _yaml_problem(path: str | Path, err: yaml.YAMLError) -> str:
+    """A YAML error in one line, with the line and column it was found at."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    return f"configuration {where} is not valid YAML: {problem}"
 
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
@@ -388,7 +489,7 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         except OSError as e:
             raise ConfigError(f"cannot read configuration {path}: {e.strerror}") from None
         except yaml.YAMLError as e:
-            raise ConfigError(f"configuration {path} is not valid YAML: {e}") from None
+            raise ConfigError(_yaml_problem(path, e)) from None
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
@@ -402,11 +503,7 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         raise ConfigError(_format_validation_error(e, str(path) if path else None, data, flags)) from None
     except SettingsError as e:
         # pydantic-settings could not decode a variable (a list or mapping must be JSON there)
-        cause = f": {e.__cause__}" if e.__cause__ else ""
-        raise ConfigError(
-            f"invalid configuration in the environment: {e}{cause} "
-            "(lists and mappings are JSON, e.g. SPECROUTE_AUTH__API_KEYS='[\"k1\"]')"
-        ) from None
+        raise ConfigError(_env_decode_error(e)) from None
     finally:
         _FILE_DATA.reset(token)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +23,49 @@ from gateway.connections import ConnectionLimits, GuardedHttpProtocol
 from gateway.observability import MULTIPROC_ENV, configure_logging
 
 CONFIG_ENV = "SPECROUTE_CONFIG_FILE"
+
+
+class StartupError(Exception):
+    """The gateway cannot listen where it was told to; the message says what to change."""
+
+
+_PORT_KEYS = "--port, server.port or SPECROUTE_SERVER__PORT"
+_HOST_KEYS = "--host, server.host or SPECROUTE_SERVER__HOST"
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """Bind the address once and let it go, so that a taken port is one clear line before anything starts.
+
+    uvicorn would find out only after the lifespan had started the pools and their health checks, and then
+    log the bind error among their warnings. ``SO_REUSEADDR`` as uvicorn sets it, so a port that only has
+    connections in TIME_WAIT is free here as it is there.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except socket.gaierror as e:
+            raise StartupError(f"cannot listen on {host}: {e.strerror}; check {_HOST_KEYS}") from None
+        except OSError as e:
+            raise StartupError(_bind_problem(host, port, e)) from None
+
+
+def _bind_problem(host: str, port: int, error: OSError) -> str:
+    if error.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is in use: stop the process listening there"
+            f" or choose another port ({_PORT_KEYS})"
+        )
+    if error.errno == errno.EACCES:
+        return (
+            f"port {port} on {host} needs privileges this user lacks: choose a port above 1023 ({_PORT_KEYS})"
+        )
+    if error.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"cannot listen on {host}: no network interface of this machine has that address ({_HOST_KEYS})"
+        )
+    return f"cannot listen on {host} port {port}: {error.strerror}"
 
 
 def app_from_env() -> ASGIApp:
@@ -93,6 +138,7 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
     configure_logging(settings.logging.level)
     server = settings.server
     UpstreamKeys(settings, {})  # every upstream key readable, or a ConfigError before serving
+    check_listen_address(server.host, server.port)
     guard_connections(server)
     common = uvicorn_options(settings)
     if server.workers > 1:

@@ -49,14 +49,16 @@ async def chat_completions(request: Request) -> Response:
     return await _handle(request, "chat")
 
 
-def _decision_headers(decision: Decision, pool: str, request_id: str) -> dict[str, str]:
-    reason = decision.reason if pool == decision.pool else f"{decision.reason},failover"
+def _decision_headers(decision: Decision, pool: str | None, request_id: str) -> dict[str, str]:
+    """The decision's headers; ``x-specroute-pool`` only when a pool's answer is what the client gets."""
+    reason = decision.reason if pool in (None, decision.pool) else f"{decision.reason},failover"
     headers = {
-        "x-specroute-pool": pool,
         "x-specroute-class": decision.prompt_class,
         "x-specroute-reason": reason,
         "x-request-id": request_id,
     }
+    if pool is not None:
+        headers["x-specroute-pool"] = pool
     if decision.predicted_speedup is not None:
         headers["x-specroute-predicted-speedup"] = f"{decision.predicted_speedup:.2f}"
     return headers
@@ -73,7 +75,7 @@ class Exchange:
     payload: dict[str, Any] | None = None
     decision: Decision | None = None
 
-    def headers(self, pool: str) -> dict[str, str]:
+    def headers(self, pool: str | None) -> dict[str, str]:
         if self.decision is None:
             return {"x-request-id": self.request_id}
         return _decision_headers(self.decision, pool, self.request_id)
@@ -105,9 +107,10 @@ async def _handle(request: Request, api: Api) -> Response:
         )
     except APIError as e:
         _finish(ex, None, e.status)
-        pool = ex.decision.pool if ex.decision else ""
+        # No pool's answer reached the client (none could serve, or the request never got that far), so
+        # no x-specroute-pool: naming the decided pool would blame one that may never have been tried.
         message = f"{e.message} (request id {ex.request_id})" if e.status >= 500 else e.message
-        return error_response(e.status, message, e.param, {**e.headers, **ex.headers(pool)})
+        return error_response(e.status, message, e.param, {**e.headers, **ex.headers(None)})
 
     gw.observer.forwarded(decision, sent.pool)
     status = sent.response.status

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
+from gateway.extras import require
+
 if TYPE_CHECKING:
     from gateway.bench.loadgen import Load
 
@@ -87,8 +89,9 @@ def run_command(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Load-test one URL; write results.json, summary.md and plots, per prompt class and per pool."""
+    require("bench", "specroute bench")
     from gateway.bench import report
-    from gateway.bench.run import RunOptions, execute
+    from gateway.bench.run import RunOptions, execute, reachable
 
     load = _load(concurrency, rate, requests, duration, seed, 100)
     load.timeout = timeout
@@ -106,8 +109,9 @@ def run_command(
         load=load,
         progress=progress,
     )
+    _or_exit(lambda: reachable(url, api_key))
     typer.echo(f"bench run: {url}, {workload_file or workload.value}, {load.describe()}", err=True)
-    res = execute(opts, out, make_plots=plots)
+    res = _or_exit(lambda: execute(opts, out, make_plots=plots))
     typer.echo(report.summary_table(res))
     typer.echo(f"\nwrote {out}/results.json, {out}/summary.md", err=True)
     if res["summary"]["overall"]["ok"] == 0:
@@ -140,6 +144,7 @@ def compare_command(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Run one workload under each routing strategy on two emulated pools; print the gains table."""
+    require("bench", "specroute bench")
     from gateway.bench import compare
 
     opts = compare.CompareOptions(
@@ -181,6 +186,7 @@ def learning_command(
     out: Annotated[Path | None, typer.Option(help="write learning.md and learning.json here")] = None,
 ) -> None:
     """Each strategy, fresh, on a draft model unlike the classifier's prior, at several loads."""
+    require("bench", "specroute bench")
     import orjson
 
     from gateway.bench import learning
@@ -249,6 +255,7 @@ def overhead_command(
     workdir: Annotated[Path | None, typer.Option(help="where started processes keep config and logs")] = None,
 ) -> None:
     """Measure the latency the gateway adds (proxied - direct, interleaved) and its CPU and memory."""
+    require("bench", "specroute bench")
     import orjson
 
     from gateway.bench import overhead

@@ -33,17 +33,65 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def discover_model(url: str, api_key: str | None) -> str:
-    """The first model the server lists: what ``--model`` defaults to."""
+class TargetError(RuntimeError):
+    """The server to measure cannot be reached or does not list its models; the message says what to check."""
+
+    def __init__(self, message: str, answered: bool = True):
+        super().__init__(message)
+        self.answered = answered
+
+
+def list_models(url: str, api_key: str | None) -> list[str]:
+    """The model names the server at ``url`` lists under ``/v1/models``.
+
+    Asked once before any load is sent, so that a wrong URL, a server that is not up or a missing key
+    is one line naming the URL instead of a run of failed requests or a stack of connection errors.
+    """
     import httpx
 
     base = url.rstrip("/").removesuffix("/v1")
-    resp = httpx.get(base + "/v1/models", headers=auth_headers(api_key), timeout=10.0)
-    resp.raise_for_status()
-    data = resp.json().get("data") or []
-    if not data:
-        raise RuntimeError(f"{base}/v1/models lists no model; pass --model")
-    return str(data[0]["id"])
+    where = f"{base}/v1/models"
+    try:
+        resp = httpx.get(where, headers=auth_headers(api_key), timeout=10.0)
+    except httpx.InvalidURL as e:
+        raise TargetError(f"--url {url} is not a valid URL: {e}", answered=False) from None
+    except httpx.UnsupportedProtocol:
+        raise TargetError(f"--url {url} needs a scheme: http://HOST:PORT", answered=False) from None
+    except httpx.TimeoutException:
+        raise TargetError(
+            f"cannot reach {base}: no answer within 10 s (is the server up? check --url)", answered=False
+        ) from None
+    except httpx.HTTPError as e:
+        raise TargetError(
+            f"cannot reach {base}: {e} (is the server running? check --url)", answered=False
+        ) from None
+    if resp.status_code == 401:
+        raise TargetError(f"{where} answered 401: pass the server's key with --api-key or OPENAI_API_KEY")
+    if resp.status_code != 200:
+        raise TargetError(
+            f"{where} answered {resp.status_code}: is {base} an OpenAI-compatible server? (check --url)"
+        )
+    try:
+        return [str(m["id"]) for m in resp.json().get("data") or []]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        raise TargetError(f"{where} did not answer with an OpenAI model list (check --url)") from None
+
+
+def discover_model(url: str, api_key: str | None) -> str:
+    """The first model the server lists: what ``--model`` defaults to."""
+    models = list_models(url, api_key)
+    if not models:
+        raise TargetError(f"{url.rstrip('/').removesuffix('/v1')}/v1/models lists no model; pass --model")
+    return models[0]
+
+
+def reachable(url: str, api_key: str | None) -> None:
+    """Raise :class:`TargetError` when nothing answers at ``url``; a missing model list is fine here."""
+    try:
+        list_models(url, api_key)
+    except TargetError as e:
+        if not e.answered:
+            raise
 
 
 async def measure(
@@ -98,6 +146,8 @@ def config_dict(opts: RunOptions, model: str, workload: str) -> dict[str, Any]:
 def execute(opts: RunOptions, out: Path | None, make_plots: bool = True) -> dict[str, Any]:
     """Run the benchmark; write results.json, summary.md and plots into ``out`` when given."""
     model = opts.model or discover_model(opts.url, opts.api_key)
+    if opts.model is not None:
+        reachable(opts.url, opts.api_key)
     workload = resolve(opts.workload, opts.workload_file)
     specs = prepare(
         workload,

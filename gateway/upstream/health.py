@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+from collections.abc import Iterator
 
 import httpx
 
@@ -20,18 +22,57 @@ log = logging.getLogger("specroute.health")
 
 
 async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthConfig) -> bool:
+    url = endpoint.base_url + health.path
+    cause = ""
     try:
-        resp = await client.get(endpoint.base_url + health.path, timeout=health.timeout_s)
+        resp = await client.get(url, timeout=health.timeout_s)
         ok = resp.status_code == 200
-    except httpx.HTTPError:
-        ok = False
+        if not ok:
+            cause = f"answered {resp.status_code}"
+    except httpx.HTTPError as e:
+        ok, cause = False, failure(e, health.timeout_s)
     if ok != endpoint.healthy:
-        log.warning("endpoint %s/%s is %s", endpoint.pool, endpoint.name, "healthy" if ok else "unhealthy")
+        if ok:
+            log.warning("endpoint %s/%s is healthy", endpoint.pool, endpoint.name)
+        else:
+            # The operator's first question is which server and why: its URL and the cause, in the log only.
+            log.warning("endpoint %s/%s is unhealthy: GET %s: %s", endpoint.pool, endpoint.name, url, cause)
     endpoint.healthy = ok
     if ok and endpoint.ejected():
         log.warning("endpoint %s/%s passed its health check: ejection ended", endpoint.pool, endpoint.name)
         endpoint.end_ejection()
     return ok
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """The error and what lies beneath it (aiohttp keeps the socket's error in ``os_error``)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo += [e.__cause__, e.__context__, getattr(e, "os_error", None)]
+
+
+def failure(error: httpx.HTTPError, timeout_s: float) -> str:
+    """A failed check's cause in words, from the socket's own error where there is one.
+
+    httpx's aiohttp transport reports a refused connection as a connect *timeout*, so the type alone
+    would send an operator looking for a slow server that is in fact not running.
+    """
+    for e in _causes(error):
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused (is the server running, on this port?)"
+        if isinstance(e, socket.gaierror):
+            return f"cannot resolve the host name: {e.strerror}"
+        if isinstance(e, ConnectionResetError):
+            return "connection reset"
+    if isinstance(error, httpx.TimeoutException):
+        return f"no answer within {timeout_s:g} s (health.timeout_s)"
+    return str(error).strip() or type(error).__name__
 
 
 async def check_all(client: httpx.AsyncClient, pools: list[Pool], health: HealthConfig) -> None:

@@ -417,7 +417,7 @@ def test_adaptive_learns_a_draft_model_unlike_the_prior(tmp_path):
     Fresh gateways, the same seeded requests at light load: on the second half of the run
     ``adaptive`` must beat both fixed pools and the ``classifier`` strategy, and get most of the
     oracle's gain. The margins are loose on purpose (a loaded machine stretches every TPOT); the
-    figures themselves come from ``specroute bench learning`` (README).
+    figures themselves come from ``specroute bench learning`` (docs/benchmarking.md).
     """
     from gateway.bench import learning
 
