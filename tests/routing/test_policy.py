@@ -70,19 +70,60 @@ def test_exploration_share_matches_the_rate():
     assert sum(again.decide(OPEN).explore for _ in range(n)) == explored
 
 
-def test_queued_speculative_pool_sends_to_baseline_until_it_drains():
-    p = _policy(exploration_rate=0.5)
+def test_queued_speculative_pool_sends_to_baseline_when_the_wait_outweighs_the_gain():
+    """A short queue is worth waiting out for a 2.8x faster decode; a long one is not."""
+    p = _policy(exploration_rate=0.0, acceptance_model="per-kind")
     ep = p.pools["speculative"].endpoints[0]
     state = p.scraper.of(ep)
     state.update(Reading(_now(), running=8, waiting=3), 7)
     assert p.decide(STRUCTURED).reason == "predicted-gain"  # a single sample may be a passing request
-    state.update(Reading(_now(), running=8, waiting=3), 7)
-    assert {p.decide(STRUCTURED).reason for _ in range(50)} == {"spec-queued"}
+    state.update(Reading(_now(), running=8, waiting=30), 7)
     assert state.capacity == 8
+    assert {p.decide(STRUCTURED).reason for _ in range(50)} == {"spec-queued"}
+    assert p.load("speculative").ahead == 31
+    state.update(Reading(_now(), running=8, waiting=2), 7)
+    d = p.decide(STRUCTURED)
+    assert (d.pool, d.reason) == ("speculative", "predicted-gain")  # 3 ahead, 8 seats: worth the wait
     state.update(Reading(_now(), running=2, waiting=0), 7)
     assert p.decide(STRUCTURED).reason == "predicted-gain"
-    ep.outstanding = 8  # the gateway's own in-flight count reaches the capacity seen while queueing
+    ep.outstanding = 60  # the gateway's own in-flight count, far past the capacity seen while queueing
     assert p.decide(STRUCTURED).reason == "spec-queued"
+
+
+def _queued_baseline(p: AdaptivePolicy, waiting: int) -> None:
+    """The speculative pool at a batch of 16 (twice the knee), baseline full with ``waiting`` in line."""
+    spec = p.scraper.of(p.pools["speculative"].endpoints[0])
+    spec.update(Reading(_now(), running=15, waiting=0), 7)
+    base = p.scraper.of(p.pools["baseline"].endpoints[0])
+    for _ in range(2):
+        base.update(Reading(_now(), running=32, waiting=waiting), None)
+
+
+def test_queued_baseline_keeps_prose_off_a_busy_speculative_pool():
+    """Prose at a large speculative batch decodes ~1.5x slower than on baseline: a short baseline queue
+    is the faster way to finish (it used to be sent to speculative as soon as baseline queued)."""
+    p = _policy(exploration_rate=0.0, acceptance_model="per-kind")
+    _queued_baseline(p, waiting=3)
+    d = p.decide(OPEN)
+    assert d.pool == "baseline" and d.reason in ("no-gain", "spec-busy")
+    assert p.decide(STRUCTURED).pool == "speculative"  # structured output still gains there
+    _queued_baseline(p, waiting=400)  # ~12 residences of waiting: now the slow decode is faster
+    d = p.decide(OPEN)
+    assert (d.pool, d.reason) == ("speculative", "baseline-queued")
+
+
+def test_learned_residence_sets_the_wait():
+    p = _policy(exploration_rate=0.0, acceptance_model="per-kind")
+    _queued_baseline(p, waiting=8)
+    assert p.decide(OPEN).pool == "baseline"  # 9 ahead of 32 seats: a quarter of a residence
+    d = p.decide(RouteRequest({"prompt": "tell me a story"}, "completions", forced_pool="baseline"))
+    for _ in range(200):  # baseline requests take 60 s each: a seat frees every 2 s
+        p.observe(Outcome(d, "baseline", "b0", 200, 0.05, 60.0, 100, 100))
+    assert p.residence_s["baseline"] == pytest.approx(59.95)
+    assert p.mean_tokens == pytest.approx(100)
+    d = p.decide(OPEN)
+    assert (d.pool, d.reason) == ("speculative", "baseline-queued")
+    assert p.snapshot()["pools"]["baseline"]["ahead"] == 9
 
 
 def test_large_batch_makes_speculation_a_loss():
