@@ -62,7 +62,8 @@ class LearningOptions:
     tpot_below: float = 2.0  # loads (req/s) judged on TPOT; from here on on e2e (see the module notes)
 
 
-def _oracle_pools(texts: Sequence[str], profile: str, c: float) -> list[str]:
+def oracle_pools(texts: Sequence[str], profile: str, c: float) -> list[str]:
+    """The oracle's pool per prompt: speculative exactly when it gains at a batch of one."""
     prof = load_profile(profile)
     return [
         "speculative" if expected_length(base_profile(t, prof).alpha, K) > 1 + K * c else "baseline"
@@ -116,7 +117,7 @@ def execute(opts: LearningOptions, log_dir: Path | None = None) -> dict[str, Any
     load_profile(opts.profile)  # a bad profile fails here, not in the emulators
     workload = resolve("mixed", None)
     specs = order(prepare(workload, model=opts.model, max_tokens=opts.max_tokens), opts.seed)
-    oracle = _oracle_pools([_text_of(s) for s in specs], opts.profile, opts.draft_cost_ratio)
+    oracle = oracle_pools([text_of(s) for s in specs], opts.profile, opts.draft_cost_ratio)
     logs = log_dir or Path(tempfile.mkdtemp(prefix="specroute-learning-"))
     extra = [
         "--served-model-name", opts.model, "--time-scale", f"{opts.time_scale:g}",
@@ -170,7 +171,8 @@ def execute(opts: LearningOptions, log_dir: Path | None = None) -> dict[str, Any
     }
 
 
-def _text_of(spec: RequestSpec) -> str:
+def text_of(spec: RequestSpec) -> str:
+    """The prompt (or last user turn) that decides a request's emulated acceptance."""
     body = orjson.loads(spec.body)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
@@ -218,7 +220,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Acceptance profile `{c['profile']}`, {c['requests']} requests per strategy and load from the"
         f" `mixed` workload, max_tokens {c['max_tokens']}, draft cost ratio {c['draft_cost_ratio']:g},"
-        f" time scale {c['time_scale']:g}, seed {c['seed']}. Second half of each run; TPOT and e2e"
+        f" {'virtual time' if c.get('virtual') else 'time scale ' + format(c['time_scale'], 'g')},"
+        f" seed {c['seed']}. Second half of each run; TPOT and e2e"
         " (mean, queueing included) in emulated ms; 'of oracle': share of the oracle's TPOT gain over"
         " always-baseline (none where the oracle gains nothing). 'vs best fixed': the strategy's"
         " figure of merit over the better of always-baseline and always-speculative (< 1: better);"

@@ -260,10 +260,12 @@ class AdaptivePolicy:
                 cap = scraped.capacity
             ahead = 0.0
             if cap is not None:
-                ahead = max(0.0, load + 1.0 - cap)
-                queued = queued or load >= cap
                 if queued:
-                    ahead = max(ahead, 1.0)  # waiting for other reasons (KV cache): one at least
+                    # the in-flight count beyond the seats is the line; one at least (vLLM may hold
+                    # requests back for KV cache below max_num_seqs). Only while the scrapes show a
+                    # queue: a capacity learned from a passing wait at light load can be too small
+                    ahead = max(1.0, load + 1.0 - cap)
+                queued = queued or load >= cap
                 load = min(load, cap - 1)
             key = (queued, ahead, load, float(cap or 0))
             if best is None or key < best:

@@ -84,10 +84,10 @@ def test_queued_speculative_pool_sends_to_baseline_when_the_wait_outweighs_the_g
     state.update(Reading(_now(), running=8, waiting=2), 7)
     d = p.decide(STRUCTURED)
     assert (d.pool, d.reason) == ("speculative", "predicted-gain")  # 3 ahead, 8 seats: worth the wait
-    state.update(Reading(_now(), running=2, waiting=0), 7)
-    assert p.decide(STRUCTURED).reason == "predicted-gain"
     ep.outstanding = 60  # the gateway's own in-flight count, far past the capacity seen while queueing
     assert p.decide(STRUCTURED).reason == "spec-queued"
+    state.update(Reading(_now(), running=2, waiting=0), 7)
+    assert p.decide(STRUCTURED).reason == "predicted-gain"  # no queue: in flight means running
 
 
 def _queued_baseline(p: AdaptivePolicy, waiting: int) -> None:
