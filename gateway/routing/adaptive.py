@@ -145,7 +145,9 @@ class AdaptivePolicy:
         else:
             alpha = self.estimates.alpha(kind, label, p)
         spec, base = self.load("speculative"), self.load("baseline")
-        speedup = self.model.speedup(alpha, spec.batch, base.batch)
+        tpot_spec = self.model.tpot_speculative(alpha, spec.batch)
+        tpot_base = self.model.tpot_baseline(base.batch)
+        speedup = tpot_base / tpot_spec
         gain = 1.0 + self.routing.margin * sd_share
         strategy = self.strategy
         pool: PoolName
@@ -162,12 +164,13 @@ class AdaptivePolicy:
         elif not base.available:
             pool, reason = "speculative", "baseline-queued"
         else:
-            tokens = self._tokens(request.body)
-            finish = self._finish_gain(alpha, spec, base, tokens)
+            queues = spec.ahead > 0 or base.ahead > 0
+            tokens = self._tokens(request.body) if queues else 0.0
+            finish = self._finish_gain(tpot_spec, tpot_base, spec, base, tokens) if queues else speedup
             if finish > gain:
                 pool = "speculative"
                 reason = "predicted-gain" if speedup > gain else "baseline-queued"
-            elif self._explore(prediction, spec, base, tokens, gain):
+            elif self._explore(prediction, spec, base, tpot_base, tokens, gain):
                 pool, reason, explore = "speculative", "explore", True
             else:
                 pool = "baseline"
@@ -201,6 +204,7 @@ class AdaptivePolicy:
         prediction: AlphaPrediction | None,
         spec: PoolLoad,
         base: PoolLoad,
+        tpot_base: float,
         tokens: float,
         gain: float,
     ) -> bool:
@@ -210,18 +214,23 @@ class AdaptivePolicy:
             return True
         if prediction is None:
             return False
-        return self._finish_gain(prediction.sample(self.rng), spec, base, tokens) > gain
-
-    def _finish_gain(self, alpha: float, spec: PoolLoad, base: PoolLoad, tokens: float) -> float:
-        """Predicted time to finish on baseline over that on speculative: waits, then decoding.
-
-        Without a queue on either pool this is exactly the TPOT ratio (``SpeedupModel.speedup``).
-        """
-        t_spec = tokens * self.model.tpot_speculative(alpha, spec.batch)
-        t_base = tokens * self.model.tpot_baseline(base.batch)
+        tpot_spec = self.model.tpot_speculative(prediction.sample(self.rng), spec.batch)
         if spec.ahead > 0 or base.ahead > 0:
-            t_spec += self._wait(spec, "speculative", t_spec)
-            t_base += self._wait(base, "baseline", t_base)
+            return self._finish_gain(tpot_spec, tpot_base, spec, base, tokens) > gain
+        return tpot_base / tpot_spec > gain
+
+    def _finish_gain(
+        self, tpot_spec: float, tpot_base: float, spec: PoolLoad, base: PoolLoad, tokens: float
+    ) -> float:
+        """Predicted time to finish on baseline over that on speculative: the wait, then decoding.
+
+        Called only when a pool queues; without a queue it would be the TPOT ratio, which is what
+        the decision uses then (the output length cancels out).
+        """
+        t_spec = tokens * tpot_spec
+        t_base = tokens * tpot_base
+        t_spec += self._wait(spec, "speculative", t_spec)
+        t_base += self._wait(base, "baseline", t_base)
         return t_base / t_spec
 
     def _wait(self, load: PoolLoad, pool: PoolName, own: float) -> float:
