@@ -39,6 +39,7 @@ completion tokens, else that mean.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import Counter
@@ -71,6 +72,7 @@ class PoolLoad:
     available: bool
     ahead: float = 0.0  # requests that must leave that endpoint before this one gets a seat
     seats: float | None = None  # its batch capacity, when a queue has revealed it
+    own: bool = True  # the gateway's own requests are at least half of that endpoint's load
 
 
 @dataclass
@@ -227,17 +229,24 @@ class AdaptivePolicy:
         Called only when a pool queues; without a queue it would be the TPOT ratio, which is what
         the decision uses then (the output length cancels out).
         """
-        t_spec = tokens * tpot_spec
-        t_base = tokens * tpot_base
-        t_spec += self._wait(spec, "speculative", t_spec)
-        t_base += self._wait(base, "baseline", t_base)
-        return t_base / t_spec
+        wait_spec, wait_base = self._wait(spec, "speculative"), self._wait(base, "baseline")
+        if math.isinf(wait_spec) and math.isinf(wait_base):
+            return tpot_base / tpot_spec  # both queue for unknown times: decoding decides
+        return (wait_base + tokens * tpot_base) / (wait_spec + tokens * tpot_spec)
 
-    def _wait(self, load: PoolLoad, pool: PoolName, own: float) -> float:
-        """Seconds until a seat frees for ``load.ahead`` requests ahead (Little's law)."""
-        if load.ahead <= 0 or not load.seats:
+    def _wait(self, load: PoolLoad, pool: PoolName) -> float:
+        """Seconds until a seat frees for ``load.ahead`` requests ahead (Little's law).
+
+        Infinite when the residence cannot be known: the gateway times only its own requests, so
+        when other clients' requests fill most of a queued endpoint, or none of its own has finished
+        there yet, the queue is avoided outright, as a queue always was before waits were weighed.
+        """
+        if load.ahead <= 0:
             return 0.0
-        return load.ahead * self.residence_s.get(pool, own) / load.seats
+        residence = self.residence_s.get(pool)
+        if residence is None or not load.own or not load.seats:
+            return math.inf
+        return load.ahead * residence / load.seats
 
     def _tokens(self, body: Any) -> float:
         """Output tokens to expect: the running mean, or the request's own limit when lower."""
@@ -255,15 +264,17 @@ class AdaptivePolicy:
     def load(self, pool: PoolName) -> PoolLoad:
         now = time.monotonic()
         stale = STALE_SCRAPES * self.routing.scrape_interval_s
-        best: tuple[bool, float, float, float] | None = None
+        best: tuple[bool, float, float, float, bool] | None = None
         for ep in self.pools[pool].endpoints:
             if not ep.available(now):
                 continue
             load, queued = float(ep.outstanding), False
+            own = True
             scraped = self.scraper.load(ep, stale, now) if self.scraper is not None else None
             cap = None
             if scraped is not None:
                 if scraped.in_engine is not None:
+                    own = 2 * ep.outstanding >= scraped.in_engine
                     load = max(load, scraped.in_engine)
                 queued = scraped.queued
                 cap = scraped.capacity
@@ -276,13 +287,13 @@ class AdaptivePolicy:
                     ahead = max(1.0, load + 1.0 - cap)
                 queued = queued or load >= cap
                 load = min(load, cap - 1)
-            key = (queued, ahead, load, float(cap or 0))
+            key = (queued, ahead, load, float(cap or 0), own)
             if best is None or key < best:
                 best = key
         if best is None:
             return PoolLoad(1.0, True, False)
-        queued, ahead, load, seats = best
-        return PoolLoad(load + 1.0, queued, True, ahead, seats or None)
+        queued, ahead, load, seats, own = best
+        return PoolLoad(load + 1.0, queued, True, ahead, seats or None, own)
 
     def _sync_k(self) -> None:
         """Take k from the speculative endpoints' counters when configuration does not give it."""
