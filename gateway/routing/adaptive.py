@@ -11,7 +11,8 @@ whichever is selected; the strategy only changes the final choice:
   step verifies k + 1 tokens per request to emit little more than one). A request predicted for
   baseline still goes to speculative (reason
   ``explore``) when a draw from the acceptance model's posterior predicts a gain (Thompson
-  sampling: requests whose acceptance is uncertain get measured, well-known ones do not), or with
+  sampling: requests whose acceptance is uncertain get measured, well-known ones do not; the draw
+  is widened by how much larger the model's residuals run than its variance says), or with
   probability ``routing.exploration_rate`` (a floor). Only requests predicted for baseline are
   explored: acceptance is measured on the speculative pool alone, so sending a request to
   baseline would teach nothing. The margin guards against a wrong prediction, so it shrinks with
@@ -216,7 +217,8 @@ class AdaptivePolicy:
             return True
         if prediction is None:
             return False
-        tpot_spec = self.model.tpot_speculative(prediction.sample(self.rng), spec.batch)
+        alpha = prediction.sample(self.rng, self.alpha_model.spread)
+        tpot_spec = self.model.tpot_speculative(alpha, spec.batch)
         if spec.ahead > 0 or base.ahead > 0:
             return self._finish_gain(tpot_spec, tpot_base, spec, base, tokens) > gain
         return tpot_base / tpot_spec > gain
