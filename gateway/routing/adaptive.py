@@ -35,7 +35,10 @@ The wait for a seat on a full endpoint is ``ahead · residence / capacity`` (Lit
 requests that must finish before this one is admitted, each seat freeing once per mean residence
 time of that pool's requests (time from first token to last, learned per pool from outcomes). A
 request's output length is its ``max_tokens`` when it sets one below the running mean of
-completion tokens, else that mean.
+completion tokens, else that mean. Requests are counted ahead only while the scrapes show a queue
+(waiting at two in a row); a queue whose wait cannot be timed (mostly other clients' requests, or
+none of the gateway's own finished on that pool yet) is avoided outright, as every queue was
+before waits were weighed.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -250,7 +254,7 @@ class AdaptivePolicy:
             return math.inf
         return load.ahead * residence / load.seats
 
-    def _tokens(self, body: Any) -> float:
+    def _tokens(self, body: Mapping[str, Any]) -> float:
         """Output tokens to expect: the running mean, or the request's own limit when lower."""
         limit = body.get("max_tokens")
         if limit is None:
