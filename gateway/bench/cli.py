@@ -184,6 +184,10 @@ def learning_command(
     ] = None,
     seed: Seed = 0,
     out: Annotated[Path | None, typer.Option(help="write learning.md and learning.json here")] = None,
+    virtual: Annotated[
+        bool,
+        typer.Option(help="replay in virtual time: the emulator's model and the real policy, no processes"),
+    ] = False,
 ) -> None:
     """Each strategy, fresh, on a draft model unlike the classifier's prior, at several loads."""
     require("bench", "specroute bench")
@@ -205,7 +209,12 @@ def learning_command(
     if out is not None:
         logs = out / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-    result = _or_exit(lambda: learning.execute(opts, logs))
+    if virtual:
+        from gateway.bench import simulate
+
+        result = _or_exit(lambda: simulate.execute(opts))
+    else:
+        result = _or_exit(lambda: learning.execute(opts, logs))
     text = learning.markdown(result)
     if out is not None:
         (out / "learning.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

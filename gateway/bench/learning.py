@@ -9,9 +9,17 @@ and names the pool per request: speculative exactly when ``E(alpha, k) > 1 + k·
 small-batch break-even (it ignores load, so under load a strategy can beat it).
 
 Figures are for the *second half* of each run (the first half is where learning happens), as mean
-TPOT in emulated milliseconds (wall time ÷ time scale), and as the share of the oracle's TPOT gain
-over ``always-baseline``: ``(TPOT_base - TPOT) / (TPOT_base - TPOT_oracle)``. Loads are emulated
-requests per second (the wall-clock rate is that ÷ the time scale).
+TPOT and mean end-to-end time (queueing included) in emulated milliseconds (wall time ÷ time
+scale), and as the share of the oracle's TPOT gain over ``always-baseline``:
+``(TPOT_base - TPOT) / (TPOT_base - TPOT_oracle)``. Loads are emulated requests per second (the
+wall-clock rate is that ÷ the time scale).
+
+Each load is judged on one figure of merit, against the *best fixed strategy* (the better of
+``always-baseline`` and ``always-speculative`` on that figure): below ``tpot_below`` req/s nothing
+queues, time to first token is the same on both pools, and TPOT is what a pool changes; from
+there on requests queue (a fixed pool saturates first), and the time a request takes to finish is
+what counts; TPOT then ignores the wait (a strategy that spreads requests over both pools runs
+larger batches, so a worse TPOT, and finishes them far sooner).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from gateway.emulator.acceptance import base_profile, load_profile
 from gateway.speculation import expected_length
 
 STRATEGIES = ("always-baseline", "always-speculative", "classifier", "adaptive", "oracle")
+FIXED = ("always-baseline", "always-speculative")
 K = 7
 
 
@@ -50,9 +59,11 @@ class LearningOptions:
     seed: int = 0
     model: str = "demo-model"
     routing: dict[str, Any] = field(default_factory=dict)  # extra routing settings for every gateway
+    tpot_below: float = 2.0  # loads (req/s) judged on TPOT; from here on on e2e (see the module notes)
 
 
-def _oracle_pools(texts: Sequence[str], profile: str, c: float) -> list[str]:
+def oracle_pools(texts: Sequence[str], profile: str, c: float) -> list[str]:
+    """The oracle's pool per prompt: speculative exactly when it gains at a batch of one."""
     prof = load_profile(profile)
     return [
         "speculative" if expected_length(base_profile(t, prof).alpha, K) > 1 + K * c else "baseline"
@@ -106,7 +117,7 @@ def execute(opts: LearningOptions, log_dir: Path | None = None) -> dict[str, Any
     load_profile(opts.profile)  # a bad profile fails here, not in the emulators
     workload = resolve("mixed", None)
     specs = order(prepare(workload, model=opts.model, max_tokens=opts.max_tokens), opts.seed)
-    oracle = _oracle_pools([_text_of(s) for s in specs], opts.profile, opts.draft_cost_ratio)
+    oracle = oracle_pools([text_of(s) for s in specs], opts.profile, opts.draft_cost_ratio)
     logs = log_dir or Path(tempfile.mkdtemp(prefix="specroute-learning-"))
     extra = [
         "--served-model-name", opts.model, "--time-scale", f"{opts.time_scale:g}",
@@ -154,12 +165,14 @@ def execute(opts: LearningOptions, log_dir: Path | None = None) -> dict[str, Any
             "max_num_seqs": opts.max_num_seqs,
             "seed": opts.seed,
             "routing": routing,
+            "tpot_below": opts.tpot_below,
         },
         "loads": out,
     }
 
 
-def _text_of(spec: RequestSpec) -> str:
+def text_of(spec: RequestSpec) -> str:
+    """The prompt (or last user turn) that decides a request's emulated acceptance."""
     body = orjson.loads(spec.body)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
@@ -179,6 +192,20 @@ def oracle_share(row: dict[str, Any], strategy: str) -> float | None:
     return float((base - got) / (base - oracle))
 
 
+def merit(rate: float, tpot_below: float) -> str:
+    """The figure a load is judged on: ``tpot_ms`` below ``tpot_below`` req/s, else ``e2e_ms``."""
+    return "tpot_ms" if rate < tpot_below else "e2e_ms"
+
+
+def versus_best_fixed(row: dict[str, Any], strategy: str, metric: str) -> float | None:
+    """``strategy``'s ``metric`` over the better fixed strategy's (< 1: better than either pool)."""
+    fixed = [row[s][metric] for s in FIXED if s in row and row[s].get(metric) is not None]
+    got = row.get(strategy, {}).get(metric)
+    if not fixed or got is None or min(fixed) <= 0:
+        return None
+    return float(got / min(fixed))
+
+
 def _with_change(value: float | None, ref: float | None) -> list[str]:
     if value is None:
         return ["-", "-"]
@@ -187,25 +214,32 @@ def _with_change(value: float | None, ref: float | None) -> list[str]:
 
 def markdown(result: dict[str, Any]) -> str:
     c = result["config"]
+    tpot_below = float(c.get("tpot_below", LearningOptions.tpot_below))
     lines = [
         "# specroute bench learning",
         "",
         f"Acceptance profile `{c['profile']}`, {c['requests']} requests per strategy and load from the"
         f" `mixed` workload, max_tokens {c['max_tokens']}, draft cost ratio {c['draft_cost_ratio']:g},"
-        f" time scale {c['time_scale']:g}, seed {c['seed']}. Second half of each run; TPOT and e2e"
+        f" {'virtual time' if c.get('virtual') else 'time scale ' + format(c['time_scale'], 'g')},"
+        f" seed {c['seed']}. Second half of each run; TPOT and e2e"
         " (mean, queueing included) in emulated ms; 'of oracle': share of the oracle's TPOT gain over"
-        " always-baseline (none where the oracle gains nothing).",
+        " always-baseline (none where the oracle gains nothing). 'vs best fixed': the strategy's"
+        " figure of merit over the better of always-baseline and always-speculative (< 1: better);"
+        f" the merit is TPOT below {tpot_below:g} req/s (nothing queues) and e2e from there on.",
         "",
     ]
     header = [
         "load (req/s)", "strategy", "TPOT ms", "vs baseline", "of oracle", "e2e ms", "vs baseline",
-        "→spec", "explored", "err",
+        "vs best fixed", "→spec", "explored", "err",
     ]  # fmt: skip
     rows = []
+    summary = []
     for rate, row in result["loads"].items():
         base = row.get("always-baseline", {})
+        metric = merit(float(rate), tpot_below)
         for name, s in row.items():
             share = oracle_share(row, name)
+            vs = versus_best_fixed(row, name, metric)
             rows.append(
                 [
                     rate,
@@ -213,12 +247,27 @@ def markdown(result: dict[str, Any]) -> str:
                     *_with_change(s["tpot_ms"], base.get("tpot_ms")),
                     f"{share:.2f}" if share is not None else "-",
                     *_with_change(s.get("e2e_ms"), base.get("e2e_ms")),
+                    f"{vs:.3f}" if vs is not None else "-",
                     f"{s['spec_share']:.0%}" if s["spec_share"] is not None else "-",
                     str(s["explored"]),
                     str(s["errors"]),
                 ]
             )
-    return "\n".join(lines) + table(header, rows) + "\n"
+        if "adaptive" in row:
+            tpot, e2e = (versus_best_fixed(row, "adaptive", m) for m in ("tpot_ms", "e2e_ms"))
+            summary.append(
+                [
+                    rate,
+                    "TPOT" if metric == "tpot_ms" else "e2e",
+                    f"{tpot:.3f}" if tpot is not None else "-",
+                    f"{e2e:.3f}" if e2e is not None else "-",
+                ]
+            )
+    text = "\n".join(lines) + table(header, rows) + "\n"
+    if summary:
+        text += "\nadaptive vs best fixed strategy (ratio, < 1: better):\n\n"
+        text += table(["load (req/s)", "judged on", "TPOT", "e2e"], summary) + "\n"
+    return text
 
 
 def cost(requests: int = 5000, seed: int = 0) -> dict[str, float]:

@@ -3,11 +3,16 @@
 One policy serves every strategy, so estimates, the speedup model and ``/admin/routing`` stay live
 whichever is selected; the strategy only changes the final choice:
 
-- ``adaptive``: speculative when the predicted TPOT gain exceeds the margin at the pools'
-  current batches; when the speculative pool queues (or baseline does) the marginal request goes
-  to the other pool. A request predicted for baseline still goes to speculative (reason
+- ``adaptive``: speculative when the predicted gain in the time to finish the request exceeds the
+  margin: the wait for a seat on each pool plus its output tokens at that pool's TPOT at its
+  current batch. Without queues this is the TPOT ratio; when a pool queues, the wait counts,
+  so a request goes to the other pool only when its own slower decoding there costs less than
+  the wait (a queued baseline pool no longer sends prose to a full speculative pool, where each
+  step verifies k + 1 tokens per request to emit little more than one). A request predicted for
+  baseline still goes to speculative (reason
   ``explore``) when a draw from the acceptance model's posterior predicts a gain (Thompson
-  sampling: requests whose acceptance is uncertain get measured, well-known ones do not), or with
+  sampling: requests whose acceptance is uncertain get measured, well-known ones do not; the draw
+  is widened by how much larger the model's residuals run than its variance says), or with
   probability ``routing.exploration_rate`` (a floor). Only requests predicted for baseline are
   explored: acceptance is measured on the speculative pool alone, so sending a request to
   baseline would teach nothing. The margin guards against a wrong prediction, so it shrinks with
@@ -25,13 +30,24 @@ Load per endpoint is the larger of the gateway's own in-flight count (always fre
 running + waiting from the last scrape (sees other clients); the pool's batch is that of its
 least loaded endpoint, where the next request will go. An endpoint queues when vLLM reports
 waiting requests or the in-flight count reaches the batch capacity seen while it queued before.
+
+The wait for a seat on a full endpoint is ``ahead · residence / capacity`` (Little's law): the
+requests that must finish before this one is admitted, each seat freeing once per mean residence
+time of that pool's requests (time from first token to last, learned per pool from outcomes). A
+request's output length is its ``max_tokens`` when it sets one below the running mean of
+completion tokens, else that mean. Requests are counted ahead only while the scrapes show a queue
+(waiting at two in a row); a queue whose wait cannot be timed (mostly other clients' requests, or
+none of the gateway's own finished on that pool yet) is avoided outright, as every queue was
+before waits were weighed.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -50,6 +66,8 @@ from gateway.upstream.scrape import Scraper
 
 STALE_SCRAPES = 3  # scraped gauges older than this many intervals are ignored
 MARGIN_FLOOR = 0.2  # the share of the margin that stays however well a request's acceptance is known
+RESIDENCE_RATE = 0.05  # weight of one request in a pool's running mean residence time
+DEFAULT_TOKENS = 256.0  # output tokens expected before any request has finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +75,9 @@ class PoolLoad:
     batch: float  # requests running on the least loaded endpoint once this one joins
     queued: bool
     available: bool
+    ahead: float = 0.0  # requests that must leave that endpoint before this one gets a seat
+    seats: float | None = None  # its batch capacity, when a queue has revealed it
+    own: bool = True  # the gateway's own requests are at least half of that endpoint's load
 
 
 @dataclass
@@ -73,6 +94,10 @@ class AdaptivePolicy:
     outliers: OutlierDetector | None = None
     counts: Counter[str] = field(default_factory=Counter)
     rng: random.Random = field(default_factory=random.Random)
+    # running means from outcomes: seconds from first to last token per pool, completion tokens
+    residence_s: dict[str, float] = field(default_factory=dict)
+    mean_tokens: float = DEFAULT_TOKENS
+    _finished: int = 0
 
     def __post_init__(self) -> None:
         if self.outliers is None:
@@ -127,7 +152,9 @@ class AdaptivePolicy:
         else:
             alpha = self.estimates.alpha(kind, label, p)
         spec, base = self.load("speculative"), self.load("baseline")
-        speedup = self.model.speedup(alpha, spec.batch, base.batch)
+        tpot_spec = self.model.tpot_speculative(alpha, spec.batch)
+        tpot_base = self.model.tpot_baseline(base.batch)
+        speedup = tpot_base / tpot_spec
         gain = 1.0 + self.routing.margin * sd_share
         strategy = self.strategy
         pool: PoolName
@@ -139,18 +166,26 @@ class AdaptivePolicy:
         elif strategy is Strategy.CLASSIFIER:
             pool = "speculative" if label == "structured" else "baseline"
             reason = f"classifier-{label}"
-        elif not spec.available or (spec.queued and not base.queued and base.available):
+        elif not spec.available:
             pool, reason = "baseline", "spec-queued"
-        elif not base.available or (base.queued and not spec.queued):
+        elif not base.available:
             pool, reason = "speculative", "baseline-queued"
-        elif speedup > gain:
-            pool, reason = "speculative", "predicted-gain"
-        elif self._explore(prediction, spec.batch, base.batch, gain):
-            pool, reason, explore = "speculative", "explore", True
         else:
-            pool = "baseline"
-            idle = self.model.speedup(alpha, 1.0, base.batch)
-            reason = "spec-busy" if idle > gain else "no-gain"
+            queues = spec.ahead > 0 or base.ahead > 0
+            tokens = self._tokens(request.body) if queues else 0.0
+            finish = self._finish_gain(tpot_spec, tpot_base, spec, base, tokens) if queues else speedup
+            if finish > gain:
+                pool = "speculative"
+                reason = "predicted-gain" if speedup > gain else "baseline-queued"
+            elif self._explore(prediction, spec, base, tpot_base, tokens, gain):
+                pool, reason, explore = "speculative", "explore", True
+            else:
+                pool = "baseline"
+                if speedup > gain:
+                    reason = "spec-queued"
+                else:
+                    idle = self.model.speedup(alpha, 1.0, base.batch)
+                    reason = "spec-busy" if idle > gain else "no-gain"
         batch = spec.batch if pool == "speculative" else base.batch
         return self._count(
             Decision(
@@ -172,15 +207,61 @@ class AdaptivePolicy:
         )
 
     def _explore(
-        self, prediction: AlphaPrediction | None, spec_batch: float, base_batch: float, gain: float
+        self,
+        prediction: AlphaPrediction | None,
+        spec: PoolLoad,
+        base: PoolLoad,
+        tpot_base: float,
+        tokens: float,
+        gain: float,
     ) -> bool:
-        """Thompson sampling on the predicted speedup, over the exploration-rate floor."""
+        """Thompson sampling on the predicted gain, over the exploration-rate floor."""
         rate = self.routing.exploration_rate
         if rate and self.rng.random() < rate:
             return True
         if prediction is None:
             return False
-        return self.model.speedup(prediction.sample(self.rng), spec_batch, base_batch) > gain
+        alpha = prediction.sample(self.rng, self.alpha_model.spread)
+        tpot_spec = self.model.tpot_speculative(alpha, spec.batch)
+        if spec.ahead > 0 or base.ahead > 0:
+            return self._finish_gain(tpot_spec, tpot_base, spec, base, tokens) > gain
+        return tpot_base / tpot_spec > gain
+
+    def _finish_gain(
+        self, tpot_spec: float, tpot_base: float, spec: PoolLoad, base: PoolLoad, tokens: float
+    ) -> float:
+        """Predicted time to finish on baseline over that on speculative: the wait, then decoding.
+
+        Called only when a pool queues; without a queue it would be the TPOT ratio, which is what
+        the decision uses then (the output length cancels out).
+        """
+        wait_spec, wait_base = self._wait(spec, "speculative"), self._wait(base, "baseline")
+        if math.isinf(wait_spec) and math.isinf(wait_base):
+            return tpot_base / tpot_spec  # both queue for unknown times: decoding decides
+        return (wait_base + tokens * tpot_base) / (wait_spec + tokens * tpot_spec)
+
+    def _wait(self, load: PoolLoad, pool: PoolName) -> float:
+        """Seconds until a seat frees for ``load.ahead`` requests ahead (Little's law).
+
+        Infinite when the residence cannot be known: the gateway times only its own requests, so
+        when other clients' requests fill most of a queued endpoint, or none of its own has finished
+        there yet, the queue is avoided outright, as a queue always was before waits were weighed.
+        """
+        if load.ahead <= 0:
+            return 0.0
+        residence = self.residence_s.get(pool)
+        if residence is None or not load.own or not load.seats:
+            return math.inf
+        return load.ahead * residence / load.seats
+
+    def _tokens(self, body: Mapping[str, Any]) -> float:
+        """Output tokens to expect: the running mean, or the request's own limit when lower."""
+        limit = body.get("max_tokens")
+        if limit is None:
+            limit = body.get("max_completion_tokens")
+        if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < self.mean_tokens:
+            return float(limit)
+        return self.mean_tokens
 
     def _count(self, decision: Decision) -> Decision:
         self.counts[decision.reason] += 1
@@ -189,27 +270,36 @@ class AdaptivePolicy:
     def load(self, pool: PoolName) -> PoolLoad:
         now = time.monotonic()
         stale = STALE_SCRAPES * self.routing.scrape_interval_s
-        best: tuple[bool, float] | None = None
+        best: tuple[bool, float, float, float, bool] | None = None
         for ep in self.pools[pool].endpoints:
             if not ep.available(now):
                 continue
             load, queued = float(ep.outstanding), False
+            own = True
             scraped = self.scraper.load(ep, stale, now) if self.scraper is not None else None
             cap = None
             if scraped is not None:
                 if scraped.in_engine is not None:
+                    own = 2 * ep.outstanding >= scraped.in_engine
                     load = max(load, scraped.in_engine)
                 queued = scraped.queued
                 cap = scraped.capacity
+            ahead = 0.0
             if cap is not None:
+                if queued:
+                    # the in-flight count beyond the seats is the line; one at least (vLLM may hold
+                    # requests back for KV cache below max_num_seqs). Only while the scrapes show a
+                    # queue: a capacity learned from a passing wait at light load can be too small
+                    ahead = max(1.0, load + 1.0 - cap)
                 queued = queued or load >= cap
                 load = min(load, cap - 1)
-            key = (queued, load)
+            key = (queued, ahead, load, float(cap or 0), own)
             if best is None or key < best:
                 best = key
         if best is None:
             return PoolLoad(1.0, True, False)
-        return PoolLoad(best[1] + 1.0, best[0], True)
+        queued, ahead, load, seats, own = best
+        return PoolLoad(load + 1.0, queued, True, ahead, seats or None, own)
 
     def _sync_k(self) -> None:
         """Take k from the speculative endpoints' counters when configuration does not give it."""
@@ -230,6 +320,7 @@ class AdaptivePolicy:
         tokens = outcome.completion_tokens
         if outcome.ttft_s is not None and tokens and tokens > 1:
             tpot = (outcome.e2e_s - outcome.ttft_s) / (tokens - 1)
+            self._learn_residence(outcome.pool, outcome.e2e_s - outcome.ttft_s, tokens)
         batch = self._lifetime_batch(outcome)
         if outcome.pool != "speculative":
             if tpot is not None and batch is not None:
@@ -257,6 +348,14 @@ class AdaptivePolicy:
         if tpot is not None and batch is not None and k == self.model.k:
             self.model.observe_speculative(tpot, batch, alpha)
         return Feedback(alpha, predicted, self._measured_speedup(d, alpha, k))
+
+    def _learn_residence(self, pool: PoolName, decode_s: float, tokens: int) -> None:
+        """Running means of a pool's time from first to last token, and of completion tokens."""
+        self._finished += 1
+        rate = max(RESIDENCE_RATE, 1.0 / self._finished)
+        self.mean_tokens += rate * (tokens - self.mean_tokens)
+        old = self.residence_s.get(pool)
+        self.residence_s[pool] = decode_s if old is None else old + RESIDENCE_RATE * (decode_s - old)
 
     def _measured_speedup(self, d: Decision, alpha: float, k: int) -> float | None:
         if d.spec_batch is None or d.base_batch is None or k != self.model.k:
@@ -307,9 +406,20 @@ class AdaptivePolicy:
                 ),
             },
             "pools": {
-                name: {"batch": ld.batch, "queued": ld.queued, "available": ld.available}
+                name: {
+                    "batch": ld.batch,
+                    "queued": ld.queued,
+                    "available": ld.available,
+                    "ahead": ld.ahead,
+                    "residence_s": _round(self.residence_s.get(name)),
+                }
                 for name, ld in loads.items()
             },
+            "mean_completion_tokens": round(self.mean_tokens, 1),
             "endpoints": self.scraper.snapshots() if self.scraper else [],
             "decisions": dict(self.counts),
         }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)

@@ -104,9 +104,9 @@ class AlphaPrediction:
         """How much of the prior's uncertainty is left (1: nothing learned about this request)."""
         return math.sqrt(self.var / self.prior_var) if self.prior_var > 0 else 1.0
 
-    def sample(self, rng: random.Random) -> float:
-        """One draw of alpha from the posterior (Thompson sampling)."""
-        return sigmoid(rng.gauss(self.mean, math.sqrt(self.var)))
+    def sample(self, rng: random.Random, widen: float = 1.0) -> float:
+        """One draw of alpha from the posterior (Thompson sampling), its spread times ``widen``."""
+        return sigmoid(rng.gauss(self.mean, widen * math.sqrt(self.var)))
 
     def upper(self, z: float) -> float:
         """alpha at ``z`` posterior standard deviations above the mean."""
@@ -222,6 +222,16 @@ class AlphaModel:
             self.shift_offset += sum(agree) / len(agree)
             self.shifts += 1
 
+    @property
+    def spread(self) -> float:
+        """How much wider the residuals run than the predictive variance says (1 when it fits).
+
+        Exploration draws are widened by it: a prompt whose own features were never measured is
+        predicted from the features it shares with others (``write a`` in a story and in a YAML
+        file), and its posterior is then narrower than the errors such predictions make.
+        """
+        return math.sqrt(max(1.0, self._z2))
+
     def snapshot(self, top: int = 12) -> dict[str, Any]:
         now = self.clock()
         for s in self.names:
@@ -235,6 +245,7 @@ class AlphaModel:
             "hash_slots": SLOTS,
             "half_life_s": self.half_life_s,
             "recent_error": {"mean": round(self.error_mean, 4), "mean_abs": round(self.error_abs, 4)},
+            "residual_spread": round(self.spread, 4),
             "top_weights": [
                 {
                     "feature": name,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import tracemalloc
+from statistics import pstdev
 
 import pytest
 
@@ -193,3 +194,24 @@ def test_script_format_and_tools_are_features():
         ).names
     )
     assert {"response_format=json_object", "tools"} <= names
+
+
+def test_spread_widens_exploration_draws_when_residuals_outrun_the_variance():
+    """Prompts that look alike to the features but accept very differently (a story and a YAML file,
+    both "Write a ..."): the residuals run far wider than the posterior says, and draws for
+    exploration are widened by that much; a model whose noise fits keeps them as they are."""
+    model = AlphaModel(600.0, Clock())
+    assert model.spread == 1.0
+    for i in range(60):
+        x = _x({"prompt": "Write a short text about the sea", "temperature": 0}, "creative", 0.3)
+        model.observe(x, 0.3, 0.05 if i % 2 else 0.9, 200.0)
+    assert model.spread > 1.5
+    pred = model.predict(_x({"prompt": "Write a short text about the sea"}, "creative", 0.3), 0.3)
+    rng, wide = random.Random(3), random.Random(3)
+    plain = [pred.sample(rng) for _ in range(2000)]
+    widened = [pred.sample(wide, model.spread) for _ in range(2000)]
+    assert pstdev(widened) > 1.4 * pstdev(plain)
+    calm = AlphaModel(600.0, Clock())
+    for _ in range(60):
+        calm.observe(_x(CODE), 0.9, 0.75, 200.0)
+    assert calm.spread == pytest.approx(1.0)

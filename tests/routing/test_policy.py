@@ -70,19 +70,75 @@ def test_exploration_share_matches_the_rate():
     assert sum(again.decide(OPEN).explore for _ in range(n)) == explored
 
 
-def test_queued_speculative_pool_sends_to_baseline_until_it_drains():
-    p = _policy(exploration_rate=0.5)
+def _finished(p: AdaptivePolicy, pool: str, decode_s: float, tokens: int, n: int = 1) -> None:
+    """``n`` of the gateway's own requests finished on ``pool``, each decoding for ``decode_s``."""
+    d = p.decide(RouteRequest({"prompt": "tell me a story"}, "completions", forced_pool=pool))
+    for _ in range(n):
+        p.observe(
+            Outcome(d, pool, "s0" if pool == "speculative" else "b0", 200, 0.05, 0.05 + decode_s, tokens, 1)
+        )
+
+
+def test_queued_speculative_pool_sends_to_baseline_when_the_wait_outweighs_the_gain():
+    """A short queue is worth waiting out for a 2.8x faster decode; a long one is not."""
+    p = _policy(exploration_rate=0.0, acceptance_model="per-kind")
     ep = p.pools["speculative"].endpoints[0]
     state = p.scraper.of(ep)
     state.update(Reading(_now(), running=8, waiting=3), 7)
     assert p.decide(STRUCTURED).reason == "predicted-gain"  # a single sample may be a passing request
-    state.update(Reading(_now(), running=8, waiting=3), 7)
-    assert {p.decide(STRUCTURED).reason for _ in range(50)} == {"spec-queued"}
-    assert state.capacity == 8
+    state.update(Reading(_now(), running=8, waiting=60), 7)
+    ep.outstanding = 68  # all of them the gateway's own
+    assert state.capacity == 8 and p.load("speculative").ahead == 61
+    # how fast seats free is unknown until one of the gateway's requests has finished there
+    assert {p.decide(STRUCTURED).reason for _ in range(20)} == {"spec-queued"}
+    _finished(p, "speculative", decode_s=1.0, tokens=64)  # a seat frees every 1/8 s
+    assert p.decide(STRUCTURED).reason == "spec-queued"  # 61 ahead: 7.6 s, baseline decodes in 2.9
+    ep.outstanding = 10
+    state.update(Reading(_now(), running=8, waiting=2), 7)
+    d = p.decide(STRUCTURED)
+    assert (d.pool, d.reason) == ("speculative", "predicted-gain")  # 3 ahead: worth the wait
+    ep.outstanding = 2  # the queue is other clients', whose requests' lengths are unknown
+    assert p.decide(STRUCTURED).reason == "spec-queued"
     state.update(Reading(_now(), running=2, waiting=0), 7)
     assert p.decide(STRUCTURED).reason == "predicted-gain"
-    ep.outstanding = 8  # the gateway's own in-flight count reaches the capacity seen while queueing
-    assert p.decide(STRUCTURED).reason == "spec-queued"
+
+
+def _queued_baseline(p: AdaptivePolicy, waiting: int) -> None:
+    """The speculative pool at a batch of 16 (twice the knee), baseline full with ``waiting`` in line,
+    all of them the gateway's own requests."""
+    spec_ep, base_ep = p.pools["speculative"].endpoints[0], p.pools["baseline"].endpoints[0]
+    p.scraper.of(spec_ep).update(Reading(_now(), running=15, waiting=0), 7)
+    for _ in range(2):
+        p.scraper.of(base_ep).update(Reading(_now(), running=32, waiting=waiting), None)
+    spec_ep.outstanding, base_ep.outstanding = 15, 32 + waiting
+
+
+def test_queued_baseline_keeps_prose_off_a_busy_speculative_pool():
+    """Prose at a large speculative batch decodes ~1.5x slower than on baseline: a short baseline queue
+    is the faster way to finish (it used to be sent to speculative as soon as baseline queued)."""
+    p = _policy(exploration_rate=0.0, acceptance_model="per-kind")
+    _finished(p, "baseline", decode_s=64 * 0.045, tokens=64)
+    _queued_baseline(p, waiting=3)
+    d = p.decide(OPEN)
+    assert d.pool == "baseline" and d.reason in ("no-gain", "spec-busy")
+    assert p.decide(STRUCTURED).pool == "speculative"  # structured output still gains there
+    _queued_baseline(p, waiting=400)  # ~12 residences of waiting: now the slow decode is faster
+    d = p.decide(OPEN)
+    assert (d.pool, d.reason) == ("speculative", "baseline-queued")
+
+
+def test_learned_residence_sets_the_wait():
+    p = _policy(exploration_rate=0.0, acceptance_model="per-kind")
+    _queued_baseline(p, waiting=8)
+    assert p.decide(OPEN).reason == "baseline-queued"  # no baseline request timed yet: avoided
+    _finished(p, "baseline", decode_s=64 * 0.045, tokens=64)
+    assert p.decide(OPEN).pool == "baseline"  # 9 ahead of 32 seats: a quarter of a residence
+    _finished(p, "baseline", decode_s=60.0, tokens=100, n=200)  # a seat frees every 2 s
+    assert p.residence_s["baseline"] == pytest.approx(60.0, rel=1e-3)
+    assert p.mean_tokens == pytest.approx(100, rel=1e-3)
+    d = p.decide(OPEN)
+    assert (d.pool, d.reason) == ("speculative", "baseline-queued")
+    assert p.snapshot()["pools"]["baseline"]["ahead"] == 9
 
 
 def test_large_batch_makes_speculation_a_loss():
