@@ -12,7 +12,6 @@ import os
 from time import perf_counter
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
@@ -32,19 +31,6 @@ async def read_checked(request: Request, gw: Gateway) -> bytes:
     """The caller's key, then the body: at most ``limits.max_body_bytes``, in ``server.body_timeout_s``."""
     check_key(request, gw.settings.auth.api_keys)
     return await read_body(request, gw.settings.limits.max_body_bytes, gw.settings.server.body_timeout_s)
-
-
-def json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 saying what is wrong with it."""
-    if not body:
-        raise APIError(400, "request body is empty; expected a JSON object")
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise APIError(400, f"request body is not valid JSON: {e}") from None
-    if not isinstance(payload, dict):
-        raise APIError(400, "request body must be a JSON object")
-    return payload
 
 
 def check_model(model: Any, models: frozenset[str]) -> None:

@@ -22,7 +22,6 @@ from starlette.responses import Response
 from gateway.api import state
 from gateway.api.edge import (
     check_model,
-    json_object,
     now,
     observe,
     read_checked,
@@ -30,6 +29,7 @@ from gateway.api.edge import (
     upstream_headers,
 )
 from gateway.api.errors import APIError, error_response
+from gateway.api.request import json_object
 from gateway.api.routes import Relay, unless_disconnected
 from gateway.types import Route
 from gateway.upstream.forward import Sent

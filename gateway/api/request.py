@@ -84,7 +84,8 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying what is wrong with it."""
     if not body:
         raise APIError(400, "request body is empty; expected a JSON object")
     try:
@@ -93,6 +94,11 @@ def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
         raise APIError(400, f"request body is not valid JSON: {e}") from None
     if not isinstance(payload, dict):
         raise APIError(400, "request body must be a JSON object")
+    return payload
+
+
+def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
+    payload = json_object(body)
     field = REQUIRED[api]
     if payload.get(field) is None:
         raise APIError(400, f"'{field}' is a required property", param=field)

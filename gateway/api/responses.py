@@ -20,7 +20,6 @@ from starlette.responses import Response
 from gateway.api import state
 from gateway.api.edge import (
     check_model,
-    json_object,
     now,
     observe,
     read_checked,
@@ -28,7 +27,7 @@ from gateway.api.edge import (
     upstream_headers,
 )
 from gateway.api.errors import APIError, error_response, from_upstream
-from gateway.api.request import forced_pool
+from gateway.api.request import forced_pool, json_object
 from gateway.api.routes import Relay, decision_headers, unless_disconnected
 from gateway.errors import UpstreamError
 from gateway.routing.policy import Decision, RouteRequest
