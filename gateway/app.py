@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.accesslog import AccessLog
 from gateway.api import routes
 from gateway.api.errors import APIError, error_body, error_response, sse_error_event
 from gateway.api.state import Gateway
@@ -138,7 +139,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
                 metrics=metrics,
                 policy=routing,
                 speculative_k=speculative_k(pools, scraper),
-                access_log=settings.logging.access_log,
+                access_log=AccessLog() if settings.logging.access_log else None,
                 log_prompts=settings.logging.log_prompts,
             ),
             scraper=scraper,
@@ -162,6 +163,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
                 with suppress(asyncio.CancelledError):
                     await task
             await client.aclose()
+            gw.observer.close()
 
     app = FastAPI(title="SpecRoute", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_route("/v1/completions", routes.completions, methods=["POST"])
