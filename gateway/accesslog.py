@@ -30,19 +30,20 @@ import orjson
 
 #: the most bytes one write carries: what the kernel writes to a pipe in one piece
 ATOMIC_WRITE = 4096
-#: how long the writer lets lines gather once the first one of a batch arrives: a line reaches the
-#: log within about this much of its request's end, and the writer wakes at most 1/GATHER_S times a
-#: second however busy the gateway
+#: how long the writer lets lines gather between writes: a line reaches the log within about this
+#: much of its request's end, and the writer runs at most 1/GATHER_S times a second however busy the
+#: gateway
 GATHER_S = 0.02
 
 
 class AccessLog:
     """A queue of access-log records and the thread that writes them to ``stream`` (default: stdout).
 
-    The event loop's share is a ``deque.append`` (thread-safe, no lock, no system call) per line and,
-    once per batch, waking the writer: a queue whose every ``put`` wakes a waiting thread cost
-    four futex calls per request, more than the write it replaced. ``stream`` is looked up at each
-    write when not given, so a replaced ``sys.stdout`` (a test's capture) receives the lines.
+    The event loop's share is a ``deque.append`` (thread-safe, no lock, no system call) per line, and
+    waking the writer when it has gone idle (no line for :data:`GATHER_S`): a queue whose every
+    ``put`` wakes a waiting thread cost four futex calls per request, more than the write it replaced.
+    ``stream`` is looked up at each write when not given, so a replaced ``sys.stdout`` (a test's
+    capture) receives the lines.
     """
 
     def __init__(self, stream: Callable[[], IO[str]] | None = None, gather_s: float = GATHER_S):
@@ -97,18 +98,27 @@ class AccessLog:
     def _run(self) -> None:
         while True:
             self._wake.wait()
-            if self._gather_s and not self._stop:
-                time.sleep(self._gather_s)
-            # from here on a new line wakes the writer again; whatever came before is taken now
+            # awake: every GATHER_S, write what gathered, for as long as lines keep coming, so that
+            # under steady traffic the event loop never has to wake this thread
+            while True:
+                if self._gather_s and not self._stop:
+                    time.sleep(self._gather_s)
+                items = []
+                with contextlib.suppress(IndexError):
+                    while True:
+                        items.append(self._lines.popleft())
+                if items:
+                    self._write(items)
+                elif self._stop:
+                    return
+                else:
+                    break
+            # idle: from here on the next line wakes the writer; one that came in between is seen now
             self._wake.clear()
             self._awake = False
-            items = []
-            with contextlib.suppress(IndexError):
-                while True:
-                    items.append(self._lines.popleft())
-            self._write(items)
-            if self._stop and not self._lines:
-                return
+            if self._lines:
+                self._awake = True
+                self._wake.set()
 
     def _write(self, items: list[object]) -> None:
         """Write the records among ``items``, then release the flush markers that follow them."""

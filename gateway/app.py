@@ -162,8 +162,8 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
             for task in gw.tasks:
                 with suppress(asyncio.CancelledError):
                     await task
+            gw.observer.close()  # the access-log lines still queued go out before the process ends
             await client.aclose()
-            gw.observer.close()
 
     app = FastAPI(title="SpecRoute", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_route("/v1/completions", routes.completions, methods=["POST"])
