@@ -28,6 +28,7 @@ CONTEXT_CUES = ("extract", "role", "code", "format", "creative")
 _CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKEN = re.compile(rf"[^\W\d_{_CJK_RANGES}]+|\d+|[^\w\s]")
 _CJK = re.compile(rf"[{_CJK_RANGES}]+")
+_DIGIT_RUN = re.compile(r"[0-9]+")
 _NUMSEQ = re.compile(r"\d+(?:\.\d+)?(?:\s*[,;]\s*-?\d+(?:\.\d+)?){3,}")
 _KV_LINE = re.compile(r"^\s*[-\w.\[\]]{1,40}\s*[:=]\s*\S", re.MULTILINE)
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,3}[.)])\s+\S", re.MULTILINE)
@@ -199,6 +200,15 @@ def _ngrams(tokens: list[str]) -> set[str]:
 
 
 def _tokens(text: str) -> list[str]:
+    """Words, digit runs as ``#``, and single punctuation marks.
+
+    In ASCII text the only digits are 0-9, whose runs are exactly the tokens that become ``#``, and a
+    ``#`` is a token of its own: replacing the runs before tokenising gives the same list with no
+    per-token Python loop (a third of the classifier's time on a long prompt). Other text may hold
+    digits that ``\\d`` does not match (superscripts) and takes the token-by-token way.
+    """
+    if text.isascii():
+        return _TOKEN.findall(_DIGIT_RUN.sub("#", text))
     return ["#" if t.isdigit() else t for t in _TOKEN.findall(text)]
 
 

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.accesslog import AccessLog
 from gateway.api import passthrough, routes
 from gateway.api.cors import with_cors
 from gateway.api.errors import APIError, error_body, error_response, sse_error_event
@@ -140,7 +141,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
                 metrics=metrics,
                 policy=routing,
                 speculative_k=speculative_k(pools, scraper),
-                access_log=settings.logging.access_log,
+                access_log=AccessLog() if settings.logging.access_log else None,
                 log_prompts=settings.logging.log_prompts,
             ),
             scraper=scraper,
@@ -163,6 +164,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
             for task in gw.tasks:
                 with suppress(asyncio.CancelledError):
                     await task
+            gw.observer.close()  # the access-log lines still queued go out before the process ends
             await client.aclose()
 
     app = FastAPI(title="SpecRoute", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

@@ -17,6 +17,12 @@ runs) adds both rules:
   are not disturbed.
 
 The body is the application's to time (``server.body_timeout_s`` in :func:`gateway.api.request.read_body`).
+
+Each response also leaves in one write instead of two: uvicorn writes the response head as soon as
+the application starts the response and the body with the next message, a system call each, and on
+a connection with ``TCP_NODELAY`` two packets that wake the client twice. :class:`HeadWithBody`
+holds the head until the body's first bytes (they follow within the same turn of the event loop:
+the gateway always has them when it starts a response) and writes both together.
 """
 
 from __future__ import annotations
@@ -121,6 +127,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._in_head = False
         self._cancel_head_timer()
         super().on_headers_complete()
+        self.cycle.transport = HeadWithBody(self.transport, self.loop)
 
     def _arm_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
@@ -142,3 +149,52 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self._in_head:
             self.transport.write(_closing_response(b"408 Request Timeout", _HEAD_TIMEOUT))
         self.transport.close()
+
+
+class HeadWithBody(asyncio.Transport):
+    """One response's side of the connection: its first write (the head) waits for its second.
+
+    Both go out in one ``writelines`` (one ``writev``). A head that no body follows within the same
+    turn of the event loop goes out on its own at the next turn, so nothing waits longer than that.
+    Only what uvicorn's response cycle calls (write, close, is_closing) is needed; the rest passes on.
+    """
+
+    __slots__ = ("_first", "_head", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._first = True
+        self._head: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._first:
+            self._first = False
+            self._head = bytes(data)
+            self._loop.call_soon(self._flush)
+            return
+        head = self._head
+        if head is None:
+            self._transport.write(data)
+        else:
+            self._head = None
+            self._transport.writelines((head, data))
+
+    def _flush(self) -> None:
+        head, self._head = self._head, None
+        if head is not None and not self._transport.is_closing():
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)

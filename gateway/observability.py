@@ -1,4 +1,4 @@
-"""Gateway metrics (Prometheus) and the structured access log.
+"""Gateway metrics (Prometheus) and the logging set-up; the access log is :mod:`gateway.accesslog`.
 
 Names carry the ``specroute_`` prefix and base units; labels are bounded (pool, class, endpoint
 name, status, reason) — never prompt text or request ids.
@@ -29,9 +29,8 @@ import sys
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from importlib.metadata import PackageNotFoundError, version
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-import orjson
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -85,10 +84,14 @@ def build_labels() -> dict[str, str]:
     }
 
 
+_Series = TypeVar("_Series", Counter, Histogram)
+
+
 class Metrics:
     """Every collector the gateway exports, registered in one registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
+        self._children: dict[tuple[int, tuple[str, ...]], Counter | Histogram] = {}
         # ``registry`` is what a scrape renders. In multiprocess mode the collectors write to the shared
         # directory instead, and the registry holds the collector that merges every worker's files.
         self.registry = registry or CollectorRegistry()
@@ -304,6 +307,20 @@ class Metrics:
             registry=r,
         )
 
+    def child(self, metric: _Series, *labels: str) -> _Series:
+        """``metric.labels(*labels)``, looked up once per label set.
+
+        prometheus_client takes a lock and validates and joins the labels on every ``labels()`` call;
+        the requests' counters and histograms are touched several times per request with a few label
+        sets that repeat (bounded: pools, classes, statuses, reasons). Counters and histograms only:
+        their series are never removed, unlike the endpoint gauges (:meth:`forget`).
+        """
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found  # type: ignore[return-value]
+
     def forget(self, endpoint: Endpoint) -> None:
         """Drop the gauges of an endpoint that discovery removed, so its last values do not linger.
 
@@ -429,9 +446,3 @@ def configure_logging(level: str) -> None:
     # One line per upstream call would double the log volume of the access log for nothing.
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
-
-
-def access_log(record: dict[str, object]) -> None:
-    """One JSON line per request, written to stdout without the logging machinery's cost."""
-    sys.stdout.write(orjson.dumps(record).decode() + "\n")
-    sys.stdout.flush()

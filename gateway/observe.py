@@ -17,8 +17,9 @@ from typing import Any
 
 import orjson
 
+from gateway.accesslog import AccessLog
 from gateway.config import Strategy
-from gateway.observability import Metrics, access_log
+from gateway.observability import Metrics
 from gateway.routing.policy import Decision, Feedback, Outcome, Policy
 from gateway.speculation import Measured, from_server, from_token_steps
 from gateway.types import PoolName, Route
@@ -116,7 +117,7 @@ class Observer:
         metrics: Metrics,
         policy: Policy,
         speculative_k: Callable[[Endpoint], int | None],
-        access_log: bool = True,
+        access_log: AccessLog | None = None,
         log_prompts: bool = False,
     ):
         self.metrics = metrics
@@ -125,18 +126,24 @@ class Observer:
         self.access_log = access_log
         self.log_prompts = log_prompts
 
+    def close(self) -> None:
+        """Write out the access-log lines still queued (at shutdown, once requests have finished)."""
+        if self.access_log is not None:
+            self.access_log.close()
+
     def decided(self, decision: Decision, strategy: Strategy) -> None:
         """Count a routing decision: which pool, why, the predicted speedup, exploration."""
-        self.metrics.decisions.labels(strategy.value, decision.pool, decision.reason).inc()
+        m = self.metrics
+        m.child(m.decisions, strategy.value, decision.pool, decision.reason).inc()
         if decision.predicted_speedup is not None:
-            self.metrics.predicted_speedup.labels(decision.prompt_class).observe(decision.predicted_speedup)
+            m.child(m.predicted_speedup, decision.prompt_class).observe(decision.predicted_speedup)
         if decision.explore:
-            self.metrics.exploration.labels(decision.kind).inc()
+            m.child(m.exploration, decision.kind).inc()
 
     def forwarded(self, decision: Decision, pool: PoolName) -> None:
         """Count a request that an endpoint of the other pool took (the decided pool had none)."""
         if pool != decision.pool:
-            self.metrics.failovers.labels(decision.pool, pool).inc()
+            self.metrics.child(self.metrics.failovers, decision.pool, pool).inc()
 
     def record(
         self,
@@ -205,27 +212,28 @@ class Observer:
                     int(m.steps) if m else None,
                 )
             )
-        if self.access_log:
-            access_log(rec.log_line())
+        if self.access_log is not None:
+            self.access_log.write(rec.log_line())
 
     def _count(self, rec: RequestRecord) -> None:
         metrics, pool, cls = self.metrics, rec.pool, rec.prompt_class
-        metrics.requests.labels(rec.route, pool, cls, str(rec.status)).inc()
+        child = metrics.child
+        child(metrics.requests, rec.route, pool, cls, str(rec.status)).inc()
         if not rec.served:
             return
-        metrics.e2e.labels(pool, cls).observe(rec.e2e_s)
+        child(metrics.e2e, pool, cls).observe(rec.e2e_s)
         if rec.prompt_tokens:
-            metrics.prompt_tokens.labels(pool, cls).inc(rec.prompt_tokens)
+            child(metrics.prompt_tokens, pool, cls).inc(rec.prompt_tokens)
         if rec.completion_tokens:
-            metrics.completion_tokens.labels(pool, cls).inc(rec.completion_tokens)
+            child(metrics.completion_tokens, pool, cls).inc(rec.completion_tokens)
         if rec.ttft_s is not None:
-            metrics.ttft.labels(pool, cls).observe(rec.ttft_s)
+            child(metrics.ttft, pool, cls).observe(rec.ttft_s)
         if rec.tpot_s is not None:
-            metrics.tpot.labels(pool, cls).observe(rec.tpot_s)
+            child(metrics.tpot, pool, cls).observe(rec.tpot_s)
         if rec.measured is not None:
-            metrics.request_acceptance.labels(cls).observe(rec.measured.rate)
-            metrics.accepted_tokens.labels(cls).inc(int(rec.measured.accepted))
-            metrics.draft_tokens.labels(cls).inc(int(rec.measured.draft_tokens))
+            child(metrics.request_acceptance, cls).observe(rec.measured.rate)
+            child(metrics.accepted_tokens, cls).inc(int(rec.measured.accepted))
+            child(metrics.draft_tokens, cls).inc(int(rec.measured.draft_tokens))
 
     def _measure(self, endpoint: Endpoint, meter: StreamMeter) -> Measured | None:
         """The request's acceptance: the server's own summary when it sent one, else tokens per chunk."""

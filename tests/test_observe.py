@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.accesslog import AccessLog
 from gateway.config import Strategy
 from gateway.observability import Metrics
 from gateway.observe import ACCESS_FIELDS, Observer, RequestRecord
@@ -57,7 +58,15 @@ def _meter(started: float) -> StreamMeter:
 
 
 def _observer(policy: Learner, metrics: Metrics, **kw: Any) -> Observer:
+    kw.setdefault("access_log", AccessLog(gather_s=0))
     return Observer(metrics=metrics, policy=policy, speculative_k=lambda endpoint: 3, **kw)
+
+
+def _logged(observer: Observer, capsys: pytest.CaptureFixture[str]) -> str:
+    """What the observer's access log wrote, once its writer has caught up."""
+    assert observer.access_log is not None
+    observer.access_log.flush()
+    return capsys.readouterr().out
 
 
 def _sample(metrics: Metrics, name: str, **labels: str) -> float:
@@ -126,7 +135,7 @@ def test_one_record_feeds_metrics_learning_and_the_log(capsys: pytest.CaptureFix
         3,
     )
     assert outcome.completion_tokens == 13 and outcome.ttft_s == rec.ttft_s
-    line = orjson.loads(capsys.readouterr().out)
+    line = orjson.loads(_logged(observer, capsys))
     assert line["measured_speedup"] == 2.5 and line["acceptance"] == 1.0 and "prompt" not in line
     # the metrics counted the same request
     labels = {"route": "chat", "pool": "speculative", "class": "structured", "status": "200"}
@@ -161,14 +170,14 @@ def test_a_resumed_stream_is_counted_and_logged_but_not_taught(capsys: pytest.Ca
     )
     observer.observe(rec)
     assert policy.outcomes == [] and rec.measured is None  # two upstreams and an outage: no lesson
-    line = orjson.loads(capsys.readouterr().out)
+    line = orjson.loads(_logged(observer, capsys))
     assert (line["endpoint"], line["resumed"], line["resumed_on"]) == ("spec-0", 1, ["spec-1"])
     assert line["prompt"] == [{"role": "user", "content": "hi"}]
 
 
 def test_a_refused_request_is_counted_not_timed(capsys: pytest.CaptureFixture[str]) -> None:
     metrics, policy = Metrics(), Learner()
-    observer = _observer(policy, metrics, access_log=False)
+    observer = _observer(policy, metrics, access_log=None)
     observer.observe(observer.record(request_id="r3", api="completions", started=perf_counter(), status=400))
     assert policy.outcomes == [] and capsys.readouterr().out == ""
     labels = {"route": "completions", "pool": "none", "class": "none", "status": "400"}
@@ -178,7 +187,7 @@ def test_a_refused_request_is_counted_not_timed(capsys: pytest.CaptureFixture[st
 
 def test_tokens_are_counted_from_stream_usage() -> None:
     metrics, policy = Metrics(), Learner()
-    observer = _observer(policy, metrics, access_log=False)
+    observer = _observer(policy, metrics, access_log=None)
     started = perf_counter()
     meter = _meter(started)
     meter.prompt_tokens = 21
@@ -196,7 +205,7 @@ def test_tokens_are_counted_from_stream_usage() -> None:
 
 def test_tokens_are_counted_from_a_whole_body_and_not_for_errors() -> None:
     metrics, policy = Metrics(), Learner()
-    observer = _observer(policy, metrics, access_log=False)
+    observer = _observer(policy, metrics, access_log=None)
     body = orjson.dumps({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}})
     for status in (200, 500):
         observer.observe(

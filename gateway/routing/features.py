@@ -118,7 +118,8 @@ def extract(body: Mapping[str, Any], kind: str, p_structured: float) -> Features
         names.append("tools")
         values.append(1.0)
     if window:
-        non_ascii = sum(1 for ch in window if ord(ch) > 127) / len(window)
+        # str.isascii runs in C: the per-character count is paid only by text that has non-ASCII in it
+        non_ascii = 0.0 if window.isascii() else sum(1 for ch in window if ord(ch) > 127) / len(window)
         if non_ascii > 0.1:
             names.append("non_ascii")
             values.append(non_ascii)

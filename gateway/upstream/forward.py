@@ -44,6 +44,7 @@ from gateway.types import OTHER_POOL, PoolName
 from gateway.upstream.backoff import retry_delay
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
+from gateway.upstream.silence import Silence
 from gateway.upstream.stream import StreamMeter
 
 log = logging.getLogger("specroute.upstream")
@@ -306,6 +307,7 @@ class Upstreams:
         timeouts = self.settings.timeouts
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeouts.total_s
+        silence = Silence(timeouts.chunk_gap_s, deadline)
         failed: int | None = None
         splice: Splice | None = None
         piece = sent.first
@@ -316,10 +318,8 @@ class Upstreams:
                 out = meter.feed(piece) if meter else piece
                 if out:
                     yield out
-                budget = min(timeouts.chunk_gap_s, deadline - loop.time())
                 try:
-                    async with asyncio.timeout(max(budget, 0.0)):
-                        piece = await anext(sent.chunks)
+                    piece = await silence.next(sent.chunks)
                     continue
                 except StopAsyncIteration:
                     break
@@ -356,6 +356,7 @@ class Upstreams:
             failed = 499  # the client went away; closing the upstream response aborts its request
             raise
         finally:
+            silence.close()
             self._busy(sent.endpoint, -1)
             _close(sent.response, complete=failed is None)
             if failed is None:
@@ -406,11 +407,11 @@ class Upstreams:
         """The rest of a non-streamed body, within the gap timeout between reads."""
         parts = [sent.first]
         complete = False
+        silence = Silence(self.settings.timeouts.chunk_gap_s)
         try:
             while True:
                 try:
-                    async with asyncio.timeout(self.settings.timeouts.chunk_gap_s):
-                        parts.append(await anext(sent.chunks))
+                    parts.append(await silence.next(sent.chunks))
                 except StopAsyncIteration:
                     break
             complete = True
@@ -423,6 +424,7 @@ class Upstreams:
             self.failed(sent.endpoint, sent.sent_at)
             raise UpstreamBroken("the upstream broke the connection") from None
         finally:
+            silence.close()
             self._busy(sent.endpoint, -1)
             _close(sent.response, complete)
         sent.endpoint.record_success()

@@ -5,10 +5,11 @@ Short limits and assertions on what the server does (answers, closes), never on 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import orjson
@@ -16,7 +17,7 @@ import uvicorn
 
 from gateway.app import create_app, fast_path
 from gateway.config import load_settings
-from gateway.connections import ConnectionLimits, GuardedHttpProtocol
+from gateway.connections import ConnectionLimits, GuardedHttpProtocol, HeadWithBody
 from gateway.server import DrainingServer, guard_connections, uvicorn_options
 from gateway.stack import demo_config, free_port
 
@@ -192,3 +193,61 @@ def test_limits_default_to_safe_values() -> None:
     assert options["http"] is GuardedHttpProtocol and options["timeout_keep_alive"] == 5.0
     assert ConnectionLimits().header_timeout_s == settings.server.header_timeout_s == 10.0
     assert settings.server.max_connections == 2048 and settings.server.body_timeout_s == 30.0
+
+
+class _Recorder(asyncio.Transport):
+    """A transport that records what is written to it, call by call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, bytes]] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.calls.append(("write", bytes(data)))
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        self.calls.append(("writelines", b"".join(list_of_data)))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+async def test_a_response_head_leaves_with_the_first_body_bytes() -> None:
+    raw = _Recorder()
+    out = HeadWithBody(raw, asyncio.get_running_loop())
+    out.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    assert raw.calls == []  # held
+    out.write(b"body-1")
+    out.write(b"body-2")
+    await asyncio.sleep(0)  # the held head's own turn comes and finds nothing left to write
+    assert raw.calls == [("writelines", b"HTTP/1.1 200 OK\r\n\r\nbody-1"), ("write", b"body-2")]
+
+
+async def test_a_head_without_body_goes_out_at_the_next_turn_or_at_close() -> None:
+    raw = _Recorder()
+    out = HeadWithBody(raw, asyncio.get_running_loop())
+    out.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+    await asyncio.sleep(0)
+    assert raw.calls == [("write", b"HTTP/1.1 204 No Content\r\n\r\n")]
+    raw2 = _Recorder()
+    out2 = HeadWithBody(raw2, asyncio.get_running_loop())
+    out2.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    out2.close()
+    assert raw2.calls == [("write", b"HTTP/1.1 200 OK\r\n\r\n")] and raw2.closed
+
+
+def test_responses_on_one_keep_alive_connection_arrive_whole() -> None:
+    with serving() as port, _connect(port) as sock:
+        for _ in range(3):
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            data = b""
+            while not data.endswith(b'{"status":"ok"}'):
+                chunk = sock.recv(65536)
+                assert chunk, data
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200") and orjson.loads(body) == {"status": "ok"}

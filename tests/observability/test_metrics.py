@@ -122,3 +122,19 @@ def test_every_series_is_documented() -> None:
     for c in _collectors(Metrics(CollectorRegistry())):
         name = c._name + ("_total" if c._type == "counter" else "")  # type: ignore[attr-defined]
         assert f"`{name}`" in doc, name
+
+
+def test_a_cached_child_counts_in_the_same_series_as_labels() -> None:
+    metrics = Metrics()
+    child = metrics.child(metrics.requests, "chat", "baseline", "open-ended", "200")
+    assert metrics.child(metrics.requests, "chat", "baseline", "open-ended", "200") is child
+    assert metrics.child(metrics.requests, "chat", "baseline", "open-ended", "500") is not child
+    child.inc()
+    metrics.requests.labels("chat", "baseline", "open-ended", "200").inc()
+    labels = {"route": "chat", "pool": "baseline", "class": "open-ended", "status": "200"}
+    assert metrics.registry.get_sample_value("specroute_requests_total", labels) == 2
+    # the same label values on another metric are another series
+    metrics.child(metrics.e2e, "baseline", "open-ended").observe(0.5)
+    assert metrics.child(metrics.ttft, "baseline", "open-ended") is not metrics.child(
+        metrics.e2e, "baseline", "open-ended"
+    )
