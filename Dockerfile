@@ -19,6 +19,8 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . && cp constraints.txt /w
 FROM ${PYTHON_IMAGE} AS runtime
 ARG UID=10001
 ARG GIT_REVISION=unknown
+# Extras to install beside the gateway, e.g. --build-arg EXTRAS=bench for the image the benchmark Job runs.
+ARG EXTRAS=""
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -29,7 +31,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     SPECROUTE_GIT_REVISION=${GIT_REVISION}
 # The wheel and the constraints are bind-mounted from the build stage, so they never become a layer.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python -m pip install --no-cache-dir -c /wheels/constraints.txt /wheels/*.whl \
+    wheel="$(ls /wheels/*.whl)" \
+    && python -m pip install --no-cache-dir -c /wheels/constraints.txt "${wheel}${EXTRAS:+[${EXTRAS}]}" \
     && groupadd --system --gid "${UID}" specroute \
     && useradd --system --uid "${UID}" --gid "${UID}" --no-create-home --shell /usr/sbin/nologin specroute \
     && mkdir -p /etc/specroute

@@ -73,7 +73,12 @@ def test_multi_stage_slim_python_311() -> None:
     build, runtime = groups[0], groups[-1]
     assert any(w == "RUN" and "pip wheel" in r for w, r in build)
     installs = [r for w, r in runtime if w == "RUN" and "pip install" in r]
-    assert installs and all(".whl" in r and "[" not in r and "--no-cache-dir" in r for r in installs)
+    # no extras by default: only the optional EXTRAS build argument (empty unless given) may add them
+    optional = "${EXTRAS:+[${EXTRAS}]}"
+    assert any(w == "ARG" and r == 'EXTRAS=""' for w, r in runtime)
+    assert installs and all(
+        ".whl" in r and "[" not in r.replace(optional, "") and "--no-cache-dir" in r for r in installs
+    )
     assert not any(w == "COPY" and "--from" not in r for w, r in runtime), (
         "sources must not reach the runtime"
     )
