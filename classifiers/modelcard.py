@@ -43,9 +43,18 @@ def _calibration(clf: Classifier) -> str:
             "the probability at which a class-balanced fit of the same scores crosses 0.5, so both "
             "classes keep the same recall."
         )
+    platt = (
+        f"- Calibration: Platt scaling on out-of-fold scores whose {folds} folds are split by source (so the "
+        "scores are those of sources the fold's model never saw), folded into the weights"
+    )
+    if clf.calibration is None:
+        return platt + ". The scores are class-balanced, so probabilities are calibrated for equal priors."
     return (
-        f"- Calibration: Platt scaling on out-of-fold scores whose {folds} folds are split by source, folded "
-        "into the weights. The scores are class-balanced, so probabilities are calibrated for equal priors."
+        platt + f"; then an isotonic regression of the labels on those Platt-scaled out-of-fold log-odds, "
+        f"shipped as a table of {len(clf.calibration.z)} knots read by bisection and linear interpolation "
+        "(a single sigmoid was too timid on unseen sources: rows it put at 0.85 were 98 % structured). The "
+        "scores are class-balanced, so probabilities are calibrated for equal priors. Request-field shifts "
+        "are added to the log-odds of the table's probability, so they still move a prompt at its ends."
     )
 
 
@@ -91,7 +100,8 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         f"- A gram enters the vocabulary only if it occurs in ≥ {opts['min_sources']} sources and ≥ "
         f"{opts['min_df']} rows of the training data (no single dataset's template can carry a decision); "
         f"the {clf.meta['features']} largest weights ship.",
-        "- Row weights: 1/√(rows of the same source and class), so that no large source dominates; "
+        f"- Row weights: 1/(rows of the same source and class)^{opts.get('source_power', 0.5)}, so that no "
+        "large source dominates; "
         f"red-team rows times {opts['redteam_weight']}; within each language but English the larger class is "
         "cut down to the weight of the smaller one (a language whose rows hold one class teaches nothing, so "
         "its script cannot stand in for the label); then every (length bucket, class) cell weighs the same "
