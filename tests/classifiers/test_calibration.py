@@ -1,5 +1,7 @@
 """The isotonic calibration table: how it is read per request, fitted in training and carried by the model."""
 
+import gzip
+import json
 import math
 from pathlib import Path
 
@@ -70,3 +72,17 @@ def test_isotonic_fit_is_monotone_small_and_follows_the_data() -> None:
     assert table.p[0] >= P_FLOOR and table.p[-1] <= 1 - P_FLOOR
     assert table(1.0) > 1 / (1 + math.exp(-1.0)) + 0.05
     assert table(-1.0) < 1 / (1 + math.exp(1.0)) - 0.05
+
+
+def test_an_artefact_without_a_table_still_loads_and_an_unknown_format_does_not(tmp_path: Path) -> None:
+    raw = _clf(None).to_json()
+    del raw["calibration"]
+    for version, loads in ((2, True), (1, False)):
+        path = tmp_path / f"v{version}.json.gz"
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            json.dump({**raw, "format": version}, fh)
+        if loads:
+            assert Classifier.load(path).calibration is None
+        else:
+            with pytest.raises(ValueError, match="unsupported model format"):
+                Classifier.load(path)
