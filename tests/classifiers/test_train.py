@@ -66,7 +66,7 @@ def test_a_gram_of_one_source_is_left_out() -> None:
         _row("c", "open-ended", "tell a story now"),
         _row("d", "open-ended", "tell a poem now"),
     ]
-    clf = fit(rows, Options(calibrate=False, min_df=1))
+    clf = fit(rows, Options(calibrate=False, min_df=1, min_sources=2))
     grams = {g for table in clf.sparse.values() for g in table}
     assert not any("zzqx" in g or "zq" in g for g in grams)
     assert any("python" in g for g in grams)
