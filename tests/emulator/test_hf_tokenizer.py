@@ -33,3 +33,17 @@ def test_written_files(tmp_path: Path) -> None:
     config = json.loads((out / "tokenizer_config.json").read_text())
     assert config["model_max_length"] == 2048 and config["tokenizer_class"] == "PreTrainedTokenizerFast"
     assert json.loads((out / "special_tokens_map.json").read_text())["eos_token"] == "</s>"
+
+
+def test_the_tokenizers_library_reads_and_applies_it(tmp_path: Path) -> None:
+    """Load tools read the directory with Hugging Face's ``tokenizers``: the same pieces, known ids."""
+    from tokenizers import Tokenizer
+
+    out = write(tmp_path / "tok", max_model_len=2048)
+    tokenizer = Tokenizer.from_file(str(out / "tokenizer.json"))
+    text = "Write a JSON object with 3 keys: name, age (42) and tags!"
+    encoding = tokenizer.encode(text)
+    vocab = vocabulary()
+    assert encoding.ids == [vocab[p] for p in re.findall(PATTERN, text.lower())]
+    assert vocab["<unk>"] not in encoding.ids
+    assert tokenizer.get_vocab_size() == len(vocab)
