@@ -7,6 +7,7 @@ Strategies are compared in the same run, request by request, on the same prompts
 from __future__ import annotations
 
 import re
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -142,6 +143,7 @@ def _run(url: str, prompt: str, pool: str | None = None, max_tokens: int = 64, *
     return {
         "t": t0,
         "tpot": (end - first) / (usage["completion_tokens"] - 1),
+        "e2e": end - t0,
         "pool": r.headers["x-specroute-pool"],
         "reason": r.headers["x-specroute-reason"],
         "prompt": prompt,
@@ -291,7 +293,7 @@ def _background(url: str, n: int, stop: threading.Event) -> list[threading.Threa
     return threads
 
 
-@pytest.mark.timing  # compares measured TPOTs: `make test-timing`
+@pytest.mark.timing  # compares measured times: `make test-timing`
 def test_overloaded_speculative_pool_no_worse_than_baseline(pools, adaptive, forced):
     stop = threading.Event()
     threads = _background(pools["speculative"].url, 22, stop)  # past max-num-seqs 16: a queue
@@ -304,15 +306,23 @@ def test_overloaded_speculative_pool_no_worse_than_baseline(pools, adaptive, for
         stop.set()
         for t in threads:
             t.join()
-    adaptive_tpot = _mean([a["tpot"] for a, _ in rows])
-    baseline_tpot = _mean([b["tpot"] for _, b in rows])
+    # under a queue the figure of merit is the time to finish (the wait for a seat included), not TPOT;
+    # the median, since one request that joins the queue (an exploration, or a decision made between
+    # two scrapes that both missed the queue) waits seconds and would swamp a mean of twelve
+    adaptive_e2e = statistics.median([a["e2e"] for a, _ in rows])
+    baseline_e2e = statistics.median([b["e2e"] for _, b in rows])
     reasons = [a["reason"] for a, _ in rows]
     print(
-        f"overloaded: adaptive {adaptive_tpot * 1000:.2f} ms, always-baseline {baseline_tpot * 1000:.2f} ms",
+        f"overloaded: adaptive {adaptive_e2e * 1000:.1f} ms, always-baseline {baseline_e2e * 1000:.1f} ms",
         reasons,
     )
-    assert adaptive_tpot <= 1.05 * baseline_tpot
-    assert sum(r in ("spec-queued", "spec-busy") for r in reasons) >= len(reasons) // 2
+    assert adaptive_e2e <= 1.05 * baseline_e2e
+    # prose never joins the queue but to be explored; most structured prompts, which would go there on
+    # an idle pool, stay off it because it queues
+    prose = [a for a, _ in rows if a["prompt"] in OPEN]
+    assert all(a["pool"] == "baseline" or a["reason"] == "explore" for a in prose), reasons
+    structured = [a["reason"] for a, _ in rows if a["prompt"] in STRUCTURED]
+    assert sum(r in ("spec-queued", "spec-busy") for r in structured) >= len(structured) // 2, structured
     time.sleep(3 * 3 * SCALE + 0.5)  # drained: the next scrapes see no queue
     assert _run(adaptive.url, STRUCTURED[0])["pool"] == "speculative"
 
