@@ -384,6 +384,10 @@ def _finish(
         measurement=ex.measurement,
     )
     observer.observe(record)
+    measured = ex.measurement in ("stream", "uncertain", "interval") and record.resumed_on is None
+    if measured and record.served and ex.decision is not None:
+        # whether measuring this pool's requests teaches anything (see gateway.routing.measurement)
+        ex.gw.measurement.taught(ex.decision.pool, record.measured is not None)
 
 
 async def models(request: Request) -> Response:

@@ -13,6 +13,12 @@ measured for free. For the others the measurement is bought only when it is wort
   capped at about one assembled request per interval, and the drift detector, the endpoint outlier
   detector and the per-request model keep getting data at that rate.
 
+A measurement is worth its cost only if it can teach: an upstream that reports no per-request
+acceptance (no usage per chunk, no ``metrics``: a server other than vLLM, or a test stub) leaves the
+model as uncertain as before however often it is asked. So after a measured request of a pool came back
+without an acceptance, that pool's requests are measured at the interval only, uncertain or not, until
+a measured one shows an acceptance again.
+
 The rest go upstream as the client sent them. ``routing.measure_interval_s: 0`` measures every
 non-streamed speculative request, as before measurement by need.
 """
@@ -37,6 +43,7 @@ class MeasurementGate:
     interval_s: float
     sd_share: float
     last: dict[PoolName, float] = field(default_factory=dict)  # monotonic time of the last measurement
+    fruitless: set[PoolName] = field(default_factory=set)  # pools whose last measurement taught nothing
     counts: Counter[tuple[PoolName, Verdict]] = field(default_factory=Counter)
 
     def verdict(self, decision: Decision, pool: PoolName, now: float) -> Verdict:
@@ -45,7 +52,7 @@ class MeasurementGate:
         A measured verdict counts as that pool's latest measurement.
         """
         verdict: Verdict
-        if self._uncertain(decision):
+        if pool not in self.fruitless and self._uncertain(decision):
             verdict = "uncertain"
         elif self.interval_s <= 0 or now - self.last.get(pool, -float("inf")) >= self.interval_s:
             verdict = "interval"
@@ -55,6 +62,13 @@ class MeasurementGate:
             self.last[pool] = now
         self.counts[pool, verdict] += 1
         return verdict
+
+    def taught(self, pool: PoolName, learned: bool) -> None:
+        """A measured request to ``pool`` came back with an acceptance (``learned``) or without one."""
+        if learned:
+            self.fruitless.discard(pool)
+        else:
+            self.fruitless.add(pool)
 
     def streamed(self, pool: PoolName, now: float) -> None:
         """A streamed request to ``pool`` is measured anyway: it refreshes the pool's interval."""
@@ -75,4 +89,9 @@ class MeasurementGate:
             pools.setdefault(pool, {"uncertain": 0, "interval": 0, "passed": 0})[verdict] = n
         for counts in pools.values():
             counts["measured"] = counts["uncertain"] + counts["interval"]
-        return {"interval_s": self.interval_s, "sd_share": self.sd_share, "pools": pools}
+        return {
+            "interval_s": self.interval_s,
+            "sd_share": self.sd_share,
+            "pools": pools,
+            "fruitless": sorted(self.fruitless),
+        }

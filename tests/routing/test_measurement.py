@@ -119,3 +119,17 @@ def test_snapshot_counts_verdicts_per_pool():
         "passed": 2,
         "measured": 2,
     }
+
+
+def test_after_a_measurement_that_taught_nothing_only_the_interval_counts_until_one_teaches():
+    gate = MeasurementGate(interval_s=1.0, sd_share=0.4)
+    unknown = _decision(AlphaModel(600.0))
+    assert gate.verdict(unknown, "speculative", 0.0) == "uncertain"
+    gate.taught("speculative", learned=False)  # e.g. an upstream that reports no usage per chunk
+    assert gate.verdict(unknown, "speculative", 0.5) == "passed"
+    assert gate.verdict(_decision(AlphaModel(600.0), explore=True), "speculative", 0.6) == "passed"
+    assert gate.verdict(unknown, "baseline", 0.6) == "uncertain"  # other pools are not affected
+    assert gate.verdict(unknown, "speculative", 1.0) == "interval"
+    gate.taught("speculative", learned=True)
+    assert gate.verdict(unknown, "speculative", 1.1) == "uncertain"
+    assert gate.snapshot()["fruitless"] == []
