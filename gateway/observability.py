@@ -198,10 +198,10 @@ class Metrics:
             registry=r,
         )
         self.measurements = Counter(
-            "specroute_nonstream_measurements",
-            "Non-streamed requests to a pool that measures acceptance, by pool and verdict (uncertain or"
+            "specroute_nonstream_measurement_requests",
+            "Non-streamed requests to a pool that measures acceptance, by pool and outcome (uncertain or"
             " interval: streamed upstream and assembled, to be measured; passed: forwarded as sent).",
-            ["pool", "verdict"],
+            ["pool", "outcome"],
             registry=r,
         )
         self.failovers = Counter(

@@ -85,8 +85,8 @@ def test_a_certain_recently_measured_request_goes_upstream_as_the_client_sent_it
         first, second = recorder.bodies
         assert orjson.loads(first)["stream"] is True  # streamed upstream, to be measured
         assert second == raw and "stream" not in orjson.loads(second)
-        assert metric(stack, "specroute_nonstream_measurements_total", verdict="interval") == 1
-        assert metric(stack, "specroute_nonstream_measurements_total", verdict="passed") == 1
+        assert metric(stack, "specroute_nonstream_measurement_requests_total", outcome="interval") == 1
+        assert metric(stack, "specroute_nonstream_measurement_requests_total", outcome="passed") == 1
         state = stack.request("GET", "/admin/routing", headers=auth).json()["measurement"]
         assert state["pools"]["speculative"] == {"uncertain": 0, "interval": 1, "passed": 1, "measured": 1}
         # a stream is measured anyway, and is no verdict's to count
