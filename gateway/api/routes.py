@@ -385,7 +385,7 @@ def _finish(
     )
     observer.observe(record)
     measured = ex.measurement in ("stream", "uncertain", "interval") and record.resumed_on is None
-    if measured and record.served and ex.decision is not None:
+    if measured and record.served and ex.decision is not None and record.served_pool == ex.decision.pool:
         # whether measuring this pool's requests teaches anything (see gateway.routing.measurement)
         ex.gw.measurement.taught(ex.decision.pool, record.measured is not None)
 
