@@ -28,6 +28,7 @@ from gateway.api.state import Gateway
 from gateway.config import PoolName, Settings
 from gateway.observability import Metrics
 from gateway.observe import Observer
+from gateway.routing.measurement import MeasurementGate
 from gateway.routing.policy import Policy
 from gateway.upstream import discovery, health
 from gateway.upstream.credentials import UpstreamKeys
@@ -143,6 +144,9 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
                 speculative_k=speculative_k(pools, scraper),
                 access_log=AccessLog() if settings.logging.access_log else None,
                 log_prompts=settings.logging.log_prompts,
+            ),
+            measurement=MeasurementGate(
+                interval_s=settings.routing.measure_interval_s, sd_share=settings.routing.measure_sd_share
             ),
             scraper=scraper,
         )

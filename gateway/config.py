@@ -285,6 +285,20 @@ class RoutingConfig(_Strict):
         description="how fast the per-request acceptance model's certainty fades (its weights' variance"
         " grows back to the prior's); sudden changes are caught by its change detector, not by this",
     )
+    measure_interval_s: float = Field(
+        default=0.02,
+        ge=0,
+        description="a non-streamed request to the speculative pool is streamed upstream and assembled, to"
+        " measure its acceptance, when the per-request model is uncertain about it or this long has passed"
+        " since that pool's last measured request; the others go upstream as sent (0: measure every one)",
+    )
+    measure_sd_share: float = Field(
+        default=0.4,
+        ge=0,
+        le=1,
+        description="uncertain: the prediction's sd is above this share of the prior's (0: measure every"
+        " request the per-request model has a prediction for)",
+    )
     seed: int | None = Field(default=None, description="seeds exploration, for reproducible runs")
 
 

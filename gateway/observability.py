@@ -197,6 +197,13 @@ class Metrics:
             ["pool", "outcome"],
             registry=r,
         )
+        self.measurements = Counter(
+            "specroute_nonstream_measurement_requests",
+            "Non-streamed requests to a pool that measures acceptance, by pool and outcome (uncertain or"
+            " interval: streamed upstream and assembled, to be measured; passed: forwarded as sent).",
+            ["pool", "outcome"],
+            registry=r,
+        )
         self.failovers = Counter(
             "specroute_failovers",
             "Requests served by the other pool than the one decided.",

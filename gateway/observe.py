@@ -48,6 +48,7 @@ class RequestRecord:
     chunks: int = 0
     measured: Measured | None = None  # acceptance measured on this response (speculative pool only)
     resumed_on: list[str] | None = None  # where a broken stream went on, in order
+    measurement: str | None = None  # speculative requests: stream, uncertain, interval or passed
     prompt: object | None = None  # only under ``logging.log_prompts``
     feedback: Feedback | None = None  # what the policy made of it, once observed
 
@@ -73,6 +74,9 @@ class RequestRecord:
         ``alpha`` are what this response showed, and ``measured_speedup`` the speedup model's TPOT ratio
         at the measured alpha, the counterpart of ``predicted_speedup``. ``resumed`` counts how often a
         broken stream went on elsewhere (``endpoint`` is the one that served the start).
+        ``measurement`` says how a request decided for the speculative pool was measured: ``stream``
+        (a streamed request), ``uncertain`` or ``interval`` (a non-streamed one streamed upstream and
+        assembled, see :mod:`gateway.routing.measurement`), ``passed`` (sent as it came, unmeasured).
         """
         d, m, f = self.decision, self.measured, self.feedback
         line: dict[str, object] = {
@@ -96,6 +100,7 @@ class RequestRecord:
             "measured_speedup": _round(f.speedup if f else None, 3),
             "spec_steps": m.steps if m else None,
             "acceptance_source": m.source if m else None,
+            "measurement": self.measurement,
             "ttft_ms": _ms(self.ttft_s),
             "tpot_ms": _ms(self.tpot_s, 3),
             "e2e_ms": _ms(self.e2e_s),
@@ -158,6 +163,7 @@ class Observer:
         meter: StreamMeter | None = None,
         content: bytes | None = None,
         resumption: Resumption | None = None,
+        measurement: str | None = None,
     ) -> RequestRecord:
         """The record of a request that ``started`` (``perf_counter``) and just finished with ``status``."""
         e2e = perf_counter() - started
@@ -171,6 +177,7 @@ class Observer:
             served_pool=sent.pool if sent else None,
             e2e_s=e2e,
             resumed_on=resumed_on,
+            measurement=measurement,
             prompt=_prompt(payload) if self.log_prompts else None,
         )
         if sent is not None:

@@ -74,6 +74,7 @@ class Exchange:
     request_id: str
     payload: dict[str, Any] | None = None
     decision: Decision | None = None
+    measurement: str | None = None  # how a speculative request's acceptance is measured (access log)
 
     def headers(self, pool: str | None) -> dict[str, str]:
         if self.decision is None:
@@ -157,7 +158,8 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
 
     Streams ask for per-chunk usage (acceptance is read from it) and, when resumable, for what a
     resumption needs; a non-streamed request routed to the speculative pool is streamed upstream, to be
-    measured, and assembled into one body for the client.
+    measured, and assembled into one body for the client when the measurement is worth its cost
+    (:mod:`gateway.routing.measurement`), else sent as the client's bytes.
     """
     gw, api = ex.gw, ex.api
     assert ex.decision is not None
@@ -170,7 +172,11 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
     if auth.forward_client_authorization and not auth.api_keys and "authorization" in request.headers:
         # an upstream key configured for the endpoint replaces it (see upstream.credentials)
         headers["authorization"] = request.headers["authorization"]
+    speculative = ex.decision.pool == "speculative"
     if payload.get("stream") is True:
+        if speculative:
+            gw.measurement.streamed(ex.decision.pool, time.monotonic())
+            ex.measurement = "stream"
         resume = None
         upstream_payload = payload
         if gw.settings.retries.resume_streams and refusal(payload, api == "chat") is None:
@@ -182,8 +188,12 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
             meter.transcript = resume.transcript
             meter.strip_token_ids = resume.strip_token_ids
         return UpstreamRequest(body, headers, meter, resume)
-    if ex.decision.pool == "speculative" and can_assemble(payload, api):
-        return UpstreamRequest(stream_body(payload), headers, StreamMeter(ex.started, collect=[]))
+    if speculative and can_assemble(payload, api):
+        verdict = gw.measurement.verdict(ex.decision, ex.decision.pool, time.monotonic())
+        gw.metrics.child(gw.metrics.measurements, ex.decision.pool, verdict).inc()
+        ex.measurement = verdict
+        if verdict != "passed":
+            return UpstreamRequest(stream_body(payload), headers, StreamMeter(ex.started, collect=[]))
     return UpstreamRequest(raw, headers)  # the client's bytes, as they came
 
 
@@ -371,8 +381,13 @@ def _finish(
         meter=meter,
         content=content,
         resumption=resumption,
+        measurement=ex.measurement,
     )
     observer.observe(record)
+    measured = ex.measurement in ("stream", "uncertain", "interval") and record.resumed_on is None
+    if measured and record.served and ex.decision is not None and record.served_pool == ex.decision.pool:
+        # whether measuring this pool's requests teaches anything (see gateway.routing.measurement)
+        ex.gw.measurement.taught(ex.decision.pool, record.measured is not None)
 
 
 async def models(request: Request) -> Response:
@@ -485,4 +500,5 @@ async def admin_routing(request: Request) -> Response:
         check_key(request, auth.api_keys)
     snapshot = getattr(gw.policy, "snapshot", None)
     state: dict[str, Any] = snapshot() if callable(snapshot) else {"strategy": gw.policy.strategy.value}
+    state["measurement"] = gw.measurement.snapshot()
     return Response(orjson.dumps(state), media_type="application/json")

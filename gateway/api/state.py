@@ -10,6 +10,7 @@ from starlette.requests import Request
 from gateway.config import Settings
 from gateway.observability import Metrics
 from gateway.observe import Observer
+from gateway.routing.measurement import MeasurementGate
 from gateway.routing.policy import Policy
 from gateway.upstream.forward import Upstreams
 from gateway.upstream.scrape import Scraper
@@ -25,6 +26,7 @@ class Gateway:
     upstreams: Upstreams
     models: frozenset[str]
     observer: Observer
+    measurement: MeasurementGate
     scraper: Scraper | None = None
     draining: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)

@@ -1,8 +1,12 @@
-"""Decision headers: ``x-specroute-pool`` names the pool whose answer the client got, and only then."""
+"""Decision headers name the pool whose answer the client got; non-streamed requests are measured by need."""
 
 from __future__ import annotations
 
-from tests.api.conftest import MODEL, InProcess
+from typing import Any
+
+import orjson
+
+from tests.api.conftest import API_KEY, MODEL, InProcess, metric
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
 NOWHERE = {"endpoints": [{"name": "gone", "url": "http://127.0.0.1:9"}], "models": [MODEL]}
@@ -28,3 +32,66 @@ def test_a_served_response_names_its_pool() -> None:
         )
         assert response.status_code == 200
         assert response.headers["x-specroute-pool"] == "baseline"
+
+
+class Recorder:
+    """Wraps an upstream: keeps the body of every ``/v1/completions`` request it receives."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/completions":
+            await self.inner(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        self.bodies.append(body)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.inner(scope, replay, send)
+
+
+def test_a_certain_recently_measured_request_goes_upstream_as_the_client_sent_it() -> None:
+    # sd_share 1: never uncertain; a long interval: only the pool's first request is measured
+    routing = {"strategy": "always-speculative", "measure_interval_s": 3600, "measure_sd_share": 1.0}
+    with InProcess({"routing": routing, "auth": {"api_keys": [API_KEY]}}) as stack:
+        spec = stack.upstreams[0]
+        recorder = Recorder(spec.app)
+        spec.app = recorder  # type: ignore[assignment]
+        auth = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
+        # the client's own spacing and key order: a passed-through request keeps its bytes
+        raw = b'{ "prompt": "Return JSON: {\\"a\\": 1}",  "model": "%s", "max_tokens": 5 }' % MODEL.encode()
+        measured = stack.request("POST", "/v1/completions", content=raw, headers=auth)
+        passed = stack.request("POST", "/v1/completions", content=raw, headers=auth)
+        for response in (measured, passed):
+            assert response.status_code == 200, response.text
+            assert response.headers["x-specroute-pool"] == "speculative"
+            assert response.json()["object"] == "text_completion"
+            assert response.json()["usage"]["completion_tokens"] == 5
+        first, second = recorder.bodies
+        assert orjson.loads(first)["stream"] is True  # streamed upstream, to be measured
+        assert second == raw and "stream" not in orjson.loads(second)
+        assert metric(stack, "specroute_nonstream_measurement_requests_total", outcome="interval") == 1
+        assert metric(stack, "specroute_nonstream_measurement_requests_total", outcome="passed") == 1
+        state = stack.request("GET", "/admin/routing", headers=auth).json()["measurement"]
+        assert state["pools"]["speculative"] == {"uncertain": 0, "interval": 1, "passed": 1, "measured": 1}
+        # a stream is measured anyway, and is no verdict's to count
+        streamed = stack.request(
+            "POST", "/v1/completions", json={**orjson.loads(raw), "stream": True}, headers=auth
+        )
+        assert streamed.status_code == 200 and "[DONE]" in streamed.text
+        assert stack.request("GET", "/admin/routing", headers=auth).json()["measurement"] == state
