@@ -7,6 +7,7 @@ input, auth) and for upstream failures it could not hide (:func:`from_upstream`,
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
 
 import orjson
@@ -70,6 +71,24 @@ def error_response(
 def sse_error_event(status: int, message: str) -> bytes:
     """An error reported inside a stream that has already started (vLLM does the same)."""
     return b"data: " + error_body(status, message) + b"\n\ndata: [DONE]\n\n"
+
+
+def responses_error_event(status: int, message: str) -> bytes:
+    """The same inside a Responses stream: an ``error`` event whose ``code`` is the HTTP status."""
+    data = {"type": "error", "code": str(status), "message": message, "param": None}
+    return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+async def ending_with_error(
+    chunks: AsyncIterator[bytes], event: Callable[[int, str], bytes]
+) -> AsyncIterator[bytes]:
+    """Relay ``chunks``; a break the gateway could not hide ends them with ``event(status, message)``."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except UpstreamError as e:
+        error = from_upstream(e)
+        yield event(error.status, error.message)
 
 
 def from_upstream(error: UpstreamError) -> APIError:

@@ -10,10 +10,9 @@ the final event); a stream that breaks ends with an ``error`` event, as the Resp
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -26,10 +25,14 @@ from gateway.api.edge import (
     request_id,
     upstream_headers,
 )
-from gateway.api.errors import APIError, error_response, from_upstream
+from gateway.api.errors import (
+    APIError,
+    ending_with_error,
+    error_response,
+    responses_error_event,
+)
 from gateway.api.request import forced_pool, json_object
 from gateway.api.routes import Relay, decision_headers, unless_disconnected
-from gateway.errors import UpstreamError
 from gateway.routing.policy import Decision, RouteRequest
 from gateway.upstream.events import EventMeter
 from gateway.upstream.forward import Sent
@@ -155,17 +158,6 @@ async def responses(request: Request) -> Response:
             decision=chosen, payload=view, meter=meter,
         )  # fmt: skip
 
-    chunks = _ending_with_error_event(gw.upstreams.relay(sent, meter, done))
+    chunks = ending_with_error(gw.upstreams.relay(sent, meter, done), responses_error_event)
     media_type = sent.response.headers.get("content-type", "text/event-stream")
     return Relay(chunks, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type)
-
-
-async def _ending_with_error_event(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A Responses stream that broke ends with an ``error`` event (its ``code`` the HTTP status)."""
-    try:
-        async for chunk in chunks:
-            yield chunk
-    except UpstreamError as e:
-        error = from_upstream(e)
-        data = {"type": "error", "code": str(error.status), "message": error.message, "param": None}
-        yield b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, TypeVar
@@ -19,7 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
-from gateway.api.errors import APIError, error_response, from_upstream, sse_error_event
+from gateway.api.errors import APIError, ending_with_error, error_response, from_upstream, sse_error_event
 from gateway.api.request import check_key, forced_pool, has_key, parse_body, read_body
 from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
@@ -130,7 +130,7 @@ async def _handle(request: Request, api: Api) -> Response:
     def done(s: Sent, failed: int | None) -> None:
         _finish(ex, s, failed or status, meter, resumption=out.resume)
 
-    chunks = _ending_with_error_event(gw.upstreams.relay(sent, meter, done, out.resume))
+    chunks = ending_with_error(gw.upstreams.relay(sent, meter, done, out.resume), sse_error_event)
     media_type = sent.response.headers.get("content-type", "application/json")
     return Relay(chunks, status, headers=ex.headers(sent.pool), media_type=media_type)
 
@@ -277,16 +277,6 @@ async def _drain(ex: Exchange, sent: Sent, meter: StreamMeter, failed: list[int 
     with contextlib.suppress(UpstreamError):  # a break is in ``failed`` (the relay's on_done) too
         async for _ in ex.gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
             pass
-
-
-async def _ending_with_error_event(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A stream that broke past resumption ends with an OpenAI-shaped error event and ``[DONE]``."""
-    try:
-        async for chunk in chunks:
-            yield chunk
-    except UpstreamError as e:
-        error = from_upstream(e)
-        yield sse_error_event(error.status, error.message)
 
 
 def _broken(meter: StreamMeter, failed: list[int | None]) -> bool:
