@@ -95,7 +95,9 @@ def demo(workdir: Path) -> Iterator[Stack]:
                 "adaptive",
                 extra={
                     "server": {"workers": 2},
-                    "routing": {"scrape_interval_s": 0.5, "exploration_rate": 0.5, "seed": 7},
+                    # a wide margin keeps the prose baseline-bound, so exploration (whose panel is checked)
+                    # happens: with the default one the emulated prose may already gain on speculation
+                    "routing": {"scrape_interval_s": 0.5, "exploration_rate": 0.5, "seed": 7, "margin": 0.5},
                 },
             )
             gateway = stack.start_gateway(config, workdir)
