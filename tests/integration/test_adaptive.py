@@ -336,6 +336,15 @@ def _log_records(proc: stack.Process) -> dict[str, dict]:
     return out
 
 
+def _log_record(proc: stack.Process, rid: str) -> dict:
+    """One request's access-log line; the log is written by a thread, so it may lag the response."""
+    deadline = time.monotonic() + 5
+    while (rec := _log_records(proc).get(rid)) is None:
+        assert time.monotonic() < deadline, f"no access-log line for {rid}"
+        time.sleep(0.05)
+    return rec
+
+
 def _counters(url: str):
     return parse(httpx.get(url + "/metrics", timeout=10).text)
 
@@ -356,8 +365,7 @@ def test_per_request_alpha_matches_counter_deltas(pools, forced, stream):
         assert r.status_code == 200
         iv = interval(before, _counters(spec), 7)
         assert iv is not None
-        time.sleep(0.1)
-        rec = _log_records(forced)[rid]
+        rec = _log_record(forced, rid)
         assert rec["acceptance_source"] == "stream"
         errors.append((abs(rec["acceptance"] - iv.rate), abs(rec["alpha"] - iv.alpha)))
         assert rec["acceptance"] == pytest.approx(iv.rate, abs=0.02), (prompt, rec, iv)
@@ -377,8 +385,7 @@ def test_zero_counters_still_measured_per_request(pools, workdir):
                 "POST", gw.url + "/v1/completions", json=body, headers=headers, timeout=60
             ) as r:
                 r.read()
-            time.sleep(0.05)
-            rec = _log_records(gw)[rid]
+            rec = _log_record(gw, rid)
             measured.append((rec["alpha"], profile(prompt).alpha))
         time.sleep(3 * SCALE + 0.3)
         state = _admin(gw.url)

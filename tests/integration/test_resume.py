@@ -4,6 +4,7 @@ very text of an unbroken run: one stream, one id, one role chunk, one finish, on
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,11 +85,16 @@ def _metric(url: str, outcome: str) -> float:
 
 
 def _access_line(gateway: stack.Process, request_id: str) -> dict[str, Any]:
-    for line in gateway.log().splitlines():
-        if request_id in line and line.startswith("{"):
-            rec: dict[str, Any] = orjson.loads(line)
-            return rec
-    raise AssertionError(f"no access-log line for {request_id}")
+    """The request's access-log line; the log is written by a thread, so it may lag the response."""
+    deadline = time.monotonic() + 5
+    while True:
+        for line in gateway.log().splitlines():
+            if request_id in line and line.startswith("{"):
+                rec: dict[str, Any] = orjson.loads(line)
+                return rec
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no access-log line for {request_id}")
+        time.sleep(0.05)
 
 
 def test_completion_resumed_on_the_other_pool_equals_an_unbroken_run(
