@@ -76,12 +76,6 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
     labels = Counter(r.label for r in shipped)
     langs = len({r.language for r in shipped})
     opts = clf.meta["options"]
-    # a namespace can be extracted and still be left out of the vocabulary (``Options.exclude``)
-    body_note = (
-        "; left out of the model: on unseen sources they cost more than they brought"
-        if any(str(prefix).startswith("cb:") for prefix in opts.get("exclude", ()))
-        else ""
-    )
     parts = [
         "# SpecRoute prompt classifier — model card",
         "",
@@ -105,8 +99,8 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         "- Features, each namespace L2-normalised on its own: character n-grams (orders "
         f"{'/'.join(map(str, features._HT_ORDERS))}) of the first {features.CHAR_HEAD} and the last "
         f"{features.CHAR_TAIL} characters (head and tail: where the instruction of a long prompt sits), "
-        f"character 3-grams of the body between them ({features.CHAR_BODY} characters read at each end"
-        f"{body_note}) and of the first "
+        f"character 3-grams of the body between them ({features.CHAR_BODY} characters read at each end) "
+        "and of the first "
         f"{features.CHAR_CONTEXT} characters of the chat context (the system prompt); word unigrams+bigrams "
         f"of the first {features.HEAD_NS} and last {features.TAIL_NS} characters; the first two words; "
         "context words; ~40 structural cues (code fences, symbol density, JSON/key-value shape, bullets, "

@@ -39,9 +39,7 @@ LENGTH_EDGES = (300, 1500)  # the evaluation's length buckets, in characters of 
 class Options:
     alpha: float = 5e-5  # L2 strength of the SGD logistic regression
     epochs: int = 12
-    # LOSO improved from 2 to 6 and levelled off at 9; 9 ships with head/tail character orders 2-4
-    # (classifiers/VARIANTS.md)
-    min_sources: int = 9
+    min_sources: int = 6  # LOSO improved from 2 to 6 and levelled off at 9 (classifiers/VARIANTS.md)
     min_df: int = 3
     redteam_weight: float = 0.3
     # a row weighs 1 / (rows of its source and class) ** source_power: 0 lets large sources dominate, 1 makes
@@ -56,9 +54,7 @@ class Options:
     calibration: str = "balanced"
     isotonic: bool = True  # an isotonic table on top of the Platt-scaled log-odds
     max_features: int = 40_000  # largest weights kept in the shipped artefact
-    # length must not be the signal; the body's character grams (the pasted passage) cost more on unseen
-    # sources than they bring (classifiers/VARIANTS.md)
-    exclude: tuple[str, ...] = ("d:len", "d:context_len", "cb:")
+    exclude: tuple[str, ...] = ("d:len", "d:context_len")  # length must not be the signal
 
 
 _cache: dict[str, dict[str, float]] = {}
@@ -291,7 +287,6 @@ def export(coef: np.ndarray, bias: float, names: Sequence[str], opts: Options, r
             "balance_length": opts.balance_length,
             "calibration": opts.calibration,
             "calibration_folds": opts.calibration_folds,
-            "exclude": list(opts.exclude),
         },
         "rows": rows,
         "features": kept + len(dense),

@@ -119,31 +119,9 @@ def test_features_are_namespaced_and_read_the_instruction_apart() -> None:
 def test_design_excludes_length(rows: list[Row]) -> None:
     d = design(rows, FAST)
     dropped = [n for n, x in zip(d.names, d.excluded, strict=True) if x]
-    assert dropped and all(n.startswith(("d:len", "d:context_len", "cb:")) for n in dropped)
-    assert any(n.startswith("d:len") for n in dropped)
+    assert dropped and all(n.startswith(("d:len", "d:context_len")) for n in dropped)
     clf = fit(rows, FAST)
     assert "len" not in clf.dense
-
-
-def test_body_grams_are_extracted_but_left_out_of_the_model() -> None:
-    # the pasted passage between head and tail is read, but its grams carry no weight by default
-    passage = "the river runs past the old mill and the fields beyond it. " * 6
-    rows = [
-        _row(src, label, f"{head}\n{passage}\n{tail} {src}")
-        for src, label, head, tail in [
-            ("a", "structured", "Summarise the text below:", "Summary in two lines."),
-            ("b", "structured", "Extract every date from this:", "Return JSON."),
-            ("c", "open-ended", "Here is a note from my diary.", "Write me a poem about it."),
-            ("d", "open-ended", "I found this story online.", "What do you feel about it?"),
-        ]
-    ]
-    opts = replace(FAST, min_sources=1)
-    d = design(rows, opts)
-    body = [n for n in d.names if n.startswith("cb:")]
-    assert body and all(d.excluded[d.names.index(n)] for n in body)
-    assert "cb" not in fit(rows, opts).sparse
-    kept = fit(rows, replace(opts, exclude=("d:len", "d:context_len")))
-    assert kept.sparse.get("cb") and kept.meta["options"]["exclude"] == ["d:len", "d:context_len"]
 
 
 def test_metrics() -> None:
