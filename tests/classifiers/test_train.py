@@ -66,7 +66,7 @@ def test_a_gram_of_one_source_is_left_out() -> None:
         _row("c", "open-ended", "tell a story now"),
         _row("d", "open-ended", "tell a poem now"),
     ]
-    clf = fit(rows, Options(calibrate=False, min_df=1, min_sources=2))
+    clf = fit(rows, Options(calibrate=False, min_df=1))
     grams = {g for table in clf.sparse.values() for g in table}
     assert not any("zzqx" in g or "zq" in g for g in grams)
     assert any("python" in g for g in grams)
@@ -87,21 +87,6 @@ def test_weights() -> None:
     assert w[19] < w[17]  # red-team rows count less
     y = np.asarray([r.y for r in rows])
     assert w[y == 1].sum() == pytest.approx(w[(y == 0)].sum())
-    # source_power 1: every (source, class) pair weighs the same, whatever its size
-    flat = weights(rows, Options(balance_length=False, source_power=1.0))
-    assert sum(flat[:16]) == pytest.approx(flat[16])
-
-
-def test_balanced_fit_ships_an_isotonic_table_that_keeps_the_balanced_decision() -> None:
-    rows, unseen = _skewed_rows(range(8)), _skewed_rows(range(8, 12))
-    opts = Options(min_df=1, epochs=20, calibration_folds=4, balance_length=False)
-    iso = fit(rows, opts)
-    platt = fit(rows, replace(opts, isotonic=False))
-    assert platt.calibration is None and iso.calibration is not None
-    assert iso.threshold == 0.5 and list(iso.calibration.p) == sorted(iso.calibration.p)
-    # the table is monotone: it reorders no two prompts
-    scored = sorted((platt.predict(r.body).p_structured, iso.predict(r.body).p_structured) for r in unseen)
-    assert [b for _, b in scored] == sorted(b for _, b in scored)
 
 
 def test_features_are_namespaced_and_read_the_instruction_apart() -> None:
@@ -165,10 +150,7 @@ def _skewed_rows(sources: range) -> list[Row]:
 
 def test_prior_calibration_matches_the_class_mix_and_keeps_the_balanced_decision() -> None:
     rows, unseen = _skewed_rows(range(8)), _skewed_rows(range(8, 12))
-    # Platt scaling on both sides: the isotonic table (balanced mode only) is tested on its own
-    opts = Options(
-        min_df=1, epochs=20, calibration_folds=4, balance_length=False, calibration="prior", isotonic=False
-    )
+    opts = Options(min_df=1, epochs=20, calibration_folds=4, balance_length=False, calibration="prior")
     prior = fit(rows, opts)
     even = fit(rows, replace(opts, calibration="balanced"))
     share = sum(r.y for r in unseen) / len(unseen)
