@@ -94,4 +94,5 @@ def test_a_certain_recently_measured_request_goes_upstream_as_the_client_sent_it
             "POST", "/v1/completions", json={**orjson.loads(raw), "stream": True}, headers=auth
         )
         assert streamed.status_code == 200 and "[DONE]" in streamed.text
-        assert stack.request("GET", "/admin/routing", headers=auth).json()["measurement"] == state
+        after = stack.request("GET", "/admin/routing", headers=auth).json()["measurement"]
+        assert after["pools"] == state["pools"]  # (it may teach, which clears a pool's fruitless mark)
