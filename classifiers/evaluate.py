@@ -9,6 +9,7 @@ in length in the corpus, so length must not be the signal). Run it with ``python
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -244,15 +245,52 @@ def summary(res: Result) -> str:
     )
 
 
+def options(settings: Sequence[str]) -> Options:
+    """Training options with ``name=value`` overrides (``--set source_power=1.0``), each value read as the
+    type of the option's default, so that a variant is measured by the very code that ships."""
+    fields = {f.name: f for f in dataclasses.fields(Options)}
+    defaults = Options()
+    changes: dict[str, object] = {}
+    for item in settings:
+        name, sep, raw = item.partition("=")
+        if not sep or name not in fields:
+            known = ", ".join(sorted(fields))
+            raise ValueError(f"--set {item!r}: expected NAME=VALUE with NAME one of {known}")
+        kind = type(getattr(defaults, name))
+        if kind is bool:
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"--set {item!r}: expected true or false")
+            changes[name] = raw.lower() in ("true", "1")
+        elif kind is tuple:
+            changes[name] = tuple(v for v in raw.split(",") if v)
+        else:
+            try:
+                changes[name] = kind(raw)
+            except ValueError:
+                raise ValueError(f"--set {item!r}: expected a {kind.__name__}") from None
+    return dataclasses.replace(defaults, **changes)  # type: ignore[arg-type]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--data", type=Path, default=None, help="corpus folder (default ../shared/data)")
     ap.add_argument(
         "--restricted", action="store_true", help="train with the non-commercial rows too (not shipped)"
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="measure a variant: override a training option (repeatable), e.g. --set source_power=1.0",
+    )
     args = ap.parse_args(argv)
+    try:
+        opts = options(args.set)
+    except ValueError as e:
+        ap.error(str(e))
     rows = load_training(args.data, with_restricted=args.restricted)
-    res = leave_one_source_out(rows)
+    res = leave_one_source_out(rows, opts)
     print(report(res, "Leave-one-source-out" + (" with the non-commercial rows" if args.restricted else "")))
     print(summary(res))
 

@@ -15,12 +15,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from classifiers.calibration import Calibration, logit
 from classifiers.features import NAMESPACES, Features, extract
 from classifiers.kinds import kind_of
 from classifiers.request import RequestView, view
 
 MODEL_FILE = Path(__file__).parent / "model" / "model.json.gz"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3 added the calibration table; 2 (without it) still loads
+READABLE_FORMATS = (2, 3)
 
 Label = Literal["structured", "open-ended"]
 
@@ -73,6 +75,7 @@ class Classifier:
     dense: dict[str, float]
     threshold: float = 0.5
     meta: dict[str, Any] = field(default_factory=dict)
+    calibration: Calibration | None = None  # without it the log-odds are read through the sigmoid
 
     def _parts(self, f: Features) -> list[tuple[str, set[str], dict[str, float]]]:
         empty: dict[str, float] = {}
@@ -102,10 +105,14 @@ class Classifier:
                 kind = "tools" if v.tools else "data-format" if v.constrained else "qa"
                 return self._prediction(z, kind)
             f = extract(v)
-            z = self.score(f) + sum(request_shift(v).values())
+            z = self.calibrated(self.score(f)) + sum(request_shift(v).values())
             return self._prediction(z, kind_of(v, f))
         except Exception:
             return NEUTRAL
+
+    def calibrated(self, z: float) -> float:
+        """The prompt's log-odds after the calibration table (the identity without one)."""
+        return z if self.calibration is None else logit(self.calibration(z))
 
     def _prediction(self, z: float, kind: str) -> Prediction:
         p = _sigmoid(z)
@@ -139,6 +146,9 @@ class Classifier:
             "dense": self.dense,
             "sparse": self.sparse,
             "meta": self.meta,
+            "calibration": None
+            if self.calibration is None
+            else {"z": list(self.calibration.z), "p": list(self.calibration.p)},
         }
 
     def save(self, path: Path = MODEL_FILE) -> None:
@@ -152,14 +162,18 @@ class Classifier:
     def load(cls, path: Path = MODEL_FILE) -> Classifier:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             d = json.load(fh)
-        if d.get("format") != FORMAT_VERSION:
+        if d.get("format") not in READABLE_FORMATS:
             raise ValueError(f"{path}: unsupported model format {d.get('format')!r}")
+        table = d.get("calibration")
         return cls(
             bias=float(d["bias"]),
             sparse={ns: {k: float(w) for k, w in t.items()} for ns, t in d["sparse"].items()},
             dense={k: float(w) for k, w in d["dense"].items()},
             threshold=float(d.get("threshold", 0.5)),
             meta=dict(d.get("meta", {})),
+            calibration=None
+            if not table
+            else Calibration(z=tuple(map(float, table["z"])), p=tuple(map(float, table["p"]))),
         )
 
 

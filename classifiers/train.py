@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from classifiers.calibration import Calibration, fit_isotonic
 from classifiers.data import Row
 from classifiers.features import as_dict, extract
 from classifiers.model import Classifier
@@ -38,9 +39,14 @@ LENGTH_EDGES = (300, 1500)  # the evaluation's length buckets, in characters of 
 class Options:
     alpha: float = 5e-5  # L2 strength of the SGD logistic regression
     epochs: int = 12
-    min_sources: int = 2
+    # LOSO improved from 2 to 6 and levelled off at 9; 9 ships with head/tail character orders 2-4
+    # (classifiers/VARIANTS.md)
+    min_sources: int = 9
     min_df: int = 3
     redteam_weight: float = 0.3
+    # a row weighs 1 / (rows of its source and class) ** source_power: 0 lets large sources dominate, 1 makes
+    # every (source, class) pair weigh the same
+    source_power: float = 0.5
     balance_length: bool = True
     balance_language: bool = True
     calibrate: bool = True
@@ -48,8 +54,11 @@ class Options:
     # "prior": Platt scaling on the out-of-fold scores as they come (probabilities match the corpus' class
     # mix); "balanced": each class weighing the same (probabilities for equal priors)
     calibration: str = "balanced"
+    isotonic: bool = True  # an isotonic table on top of the Platt-scaled log-odds
     max_features: int = 40_000  # largest weights kept in the shipped artefact
-    exclude: tuple[str, ...] = ("d:len", "d:context_len")  # length must not be the signal
+    # length must not be the signal; the body's character grams (the pasted passage) cost more on unseen
+    # sources than they bring (classifiers/VARIANTS.md)
+    exclude: tuple[str, ...] = ("d:len", "d:context_len", "cb:")
 
 
 _cache: dict[str, dict[str, float]] = {}
@@ -138,7 +147,7 @@ def weights(rows: Sequence[Row], opts: Options) -> np.ndarray:
     for i, r in enumerate(rows):
         if r.label == "ambiguous":
             continue
-        w[i] = 1.0 / math.sqrt(group[(r.source, r.y)])
+        w[i] = group[(r.source, r.y)] ** -opts.source_power
         if r.redteam:
             w[i] *= opts.redteam_weight
     if opts.balance_language:
@@ -219,6 +228,7 @@ def fit_design(d: Design, train_idx: np.ndarray, opts: Options | None = None) ->
     X = d.X[idx][:, cols]
     model = _sgd(X, y, w, opts)
     a, b, threshold = 1.0, 0.0, 0.5
+    table: Calibration | None = None
     if opts.calibrate:
         oof = np.zeros(len(y))
         groups = d.source_of[idx]
@@ -242,10 +252,13 @@ def fit_design(d: Design, train_idx: np.ndarray, opts: Options | None = None) ->
             plain = LogisticRegression(C=1e4, solver="lbfgs").fit(s, y)
             a, b = float(plain.coef_[0, 0]), float(plain.intercept_[0])
             threshold = round(1.0 / (1.0 + math.exp(-(a * cut + b))), 5)
+        if opts.isotonic and opts.calibration == "balanced":
+            table = fit_isotonic(a * oof + b, y, balanced)
     coef = model.coef_[0] * a
     bias = float(model.intercept_[0]) * a + b
     clf = export(coef, bias, [d.names[c] for c in cols], opts, rows=len(idx))
     clf.threshold = threshold
+    clf.calibration = table
     return clf
 
 
@@ -273,9 +286,12 @@ def export(coef: np.ndarray, bias: float, names: Sequence[str], opts: Options, r
             "min_sources": opts.min_sources,
             "min_df": opts.min_df,
             "redteam_weight": opts.redteam_weight,
+            "source_power": opts.source_power,
+            "isotonic": opts.isotonic,
             "balance_length": opts.balance_length,
             "calibration": opts.calibration,
             "calibration_folds": opts.calibration_folds,
+            "exclude": list(opts.exclude),
         },
         "rows": rows,
         "features": kept + len(dense),

@@ -69,6 +69,10 @@ def test_train_writes_the_artefact_and_card(tmp_path: Path) -> None:
     first = model.read_bytes()
     text = card.read_text()
     assert "acme/research-only" in text and "Leave-one-source-out" in text
+    # the calibration table is described, and the hand-kept log of measured variants is carried over
+    assert "isotonic regression" in text and "Variants measured and not shipped" in text
+    # the body's character grams are extracted but left out by default, and the card says so
+    assert "left out of the model" in text
     subprocess.run(
         [str(SPECROUTE), *args, "--no-bench", "--no-evaluate"],
         capture_output=True,

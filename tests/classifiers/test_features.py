@@ -1,4 +1,5 @@
-"""Feature extraction: the fast tokeniser gives exactly the tokens of the plain one."""
+"""Feature extraction: the fast tokeniser gives exactly the tokens of the plain one; the head and tail
+character windows hold every gram of the orders they are read at."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from classifiers.features import _TOKEN, _tokens
+from classifiers.features import _HT_ORDERS, _TOKEN, CHAR_HEAD, CHAR_TAIL, _tokens, char_windows, extract
+from classifiers.request import view
 
 FIXTURE = Path(__file__).parent / "fixtures" / "prompts-train.jsonl"
 
@@ -36,3 +38,25 @@ def test_fast_tokens_equal_the_plain_ones_on_edge_cases() -> None:
 @given(st.text(alphabet=st.sampled_from("ab Z09_#.-\n\t\u00b2\u0663\u4e2d"), max_size=60))
 def test_fast_tokens_equal_the_plain_ones_on_any_text(text: str) -> None:
     assert _tokens(text) == _plain(text)
+
+
+def _grams(text: str, orders: tuple[int, ...]) -> set[str]:
+    """The definition: every substring of each order."""
+    return {text[i : i + n] for n in orders for i in range(len(text) - n + 1)}
+
+
+def test_head_and_tail_hold_every_gram_of_their_orders() -> None:
+    # a long prompt: its head and tail windows differ, and the body between them is read apart
+    text = "Summarise the report below in two lines:\n" + "lorem ipsum dolor " * 40 + "\nKey points only?"
+    head, tail, _ = char_windows(text)
+    f = extract(view({"prompt": text}))
+    assert f.sparse["ch"] == _grams(head, _HT_ORDERS)
+    assert f.sparse["ct"] == _grams(tail, _HT_ORDERS)
+    assert len(head) <= CHAR_HEAD and len(tail) <= CHAR_TAIL
+
+
+@given(st.text(alphabet=st.sampled_from("ab Z09.\n\u0e01\u0e32\u4e2d"), max_size=400))
+def test_short_and_unsegmented_text_gives_character_grams(text: str) -> None:
+    # scripts without spaces (Thai, Chinese) are read through the character grams of every order
+    head, _, _ = char_windows(text)
+    assert extract(view({"prompt": text})).sparse["ch"] == _grams(head, _HT_ORDERS)

@@ -118,14 +118,8 @@ PASSAGE = (
 ) * 12
 
 STRUCTURED = [
-    pytest.param(
-        "Copy lines 2-4 from the text below.\n" + "\n".join(f"Line {i}: {PASSAGE[:80]}" for i in range(1, 8)),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="known miss (p 0.44): the corpus' 'repeat/copy' cue leans open-ended (red-team 'repeat "
-            "after me' prompts) and the numbered prose lines outweigh the instruction",
-        ),
-    ),
+    # the instruction outweighs the numbered prose lines it points at
+    "Copy lines 2-4 from the text below.\n" + "\n".join(f"Line {i}: {PASSAGE[:80]}" for i in range(1, 8)),
     PASSAGE + "\n\nQuestion: When did the boats return to the harbour?",
     pytest.param(
         "Create a responsive login page in Flutter with a dark theme.",

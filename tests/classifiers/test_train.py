@@ -66,7 +66,7 @@ def test_a_gram_of_one_source_is_left_out() -> None:
         _row("c", "open-ended", "tell a story now"),
         _row("d", "open-ended", "tell a poem now"),
     ]
-    clf = fit(rows, Options(calibrate=False, min_df=1))
+    clf = fit(rows, Options(calibrate=False, min_df=1, min_sources=2))
     grams = {g for table in clf.sparse.values() for g in table}
     assert not any("zzqx" in g or "zq" in g for g in grams)
     assert any("python" in g for g in grams)
@@ -87,6 +87,21 @@ def test_weights() -> None:
     assert w[19] < w[17]  # red-team rows count less
     y = np.asarray([r.y for r in rows])
     assert w[y == 1].sum() == pytest.approx(w[(y == 0)].sum())
+    # source_power 1: every (source, class) pair weighs the same, whatever its size
+    flat = weights(rows, Options(balance_length=False, source_power=1.0))
+    assert sum(flat[:16]) == pytest.approx(flat[16])
+
+
+def test_balanced_fit_ships_an_isotonic_table_that_keeps_the_balanced_decision() -> None:
+    rows, unseen = _skewed_rows(range(8)), _skewed_rows(range(8, 12))
+    opts = Options(min_df=1, epochs=20, calibration_folds=4, balance_length=False)
+    iso = fit(rows, opts)
+    platt = fit(rows, replace(opts, isotonic=False))
+    assert platt.calibration is None and iso.calibration is not None
+    assert iso.threshold == 0.5 and list(iso.calibration.p) == sorted(iso.calibration.p)
+    # the table is monotone: it reorders no two prompts
+    scored = sorted((platt.predict(r.body).p_structured, iso.predict(r.body).p_structured) for r in unseen)
+    assert [b for _, b in scored] == sorted(b for _, b in scored)
 
 
 def test_features_are_namespaced_and_read_the_instruction_apart() -> None:
@@ -104,9 +119,31 @@ def test_features_are_namespaced_and_read_the_instruction_apart() -> None:
 def test_design_excludes_length(rows: list[Row]) -> None:
     d = design(rows, FAST)
     dropped = [n for n, x in zip(d.names, d.excluded, strict=True) if x]
-    assert dropped and all(n.startswith(("d:len", "d:context_len")) for n in dropped)
+    assert dropped and all(n.startswith(("d:len", "d:context_len", "cb:")) for n in dropped)
+    assert any(n.startswith("d:len") for n in dropped)
     clf = fit(rows, FAST)
     assert "len" not in clf.dense
+
+
+def test_body_grams_are_extracted_but_left_out_of_the_model() -> None:
+    # the pasted passage between head and tail is read, but its grams carry no weight by default
+    passage = "the river runs past the old mill and the fields beyond it. " * 6
+    rows = [
+        _row(src, label, f"{head}\n{passage}\n{tail} {src}")
+        for src, label, head, tail in [
+            ("a", "structured", "Summarise the text below:", "Summary in two lines."),
+            ("b", "structured", "Extract every date from this:", "Return JSON."),
+            ("c", "open-ended", "Here is a note from my diary.", "Write me a poem about it."),
+            ("d", "open-ended", "I found this story online.", "What do you feel about it?"),
+        ]
+    ]
+    opts = replace(FAST, min_sources=1)
+    d = design(rows, opts)
+    body = [n for n in d.names if n.startswith("cb:")]
+    assert body and all(d.excluded[d.names.index(n)] for n in body)
+    assert "cb" not in fit(rows, opts).sparse
+    kept = fit(rows, replace(opts, exclude=("d:len", "d:context_len")))
+    assert kept.sparse.get("cb") and kept.meta["options"]["exclude"] == ["d:len", "d:context_len"]
 
 
 def test_metrics() -> None:
@@ -150,7 +187,10 @@ def _skewed_rows(sources: range) -> list[Row]:
 
 def test_prior_calibration_matches_the_class_mix_and_keeps_the_balanced_decision() -> None:
     rows, unseen = _skewed_rows(range(8)), _skewed_rows(range(8, 12))
-    opts = Options(min_df=1, epochs=20, calibration_folds=4, balance_length=False, calibration="prior")
+    # Platt scaling on both sides: the isotonic table (balanced mode only) is tested on its own
+    opts = Options(
+        min_df=1, epochs=20, calibration_folds=4, balance_length=False, calibration="prior", isotonic=False
+    )
     prior = fit(rows, opts)
     even = fit(rows, replace(opts, calibration="balanced"))
     share = sum(r.y for r in unseen) / len(unseen)
