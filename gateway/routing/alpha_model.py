@@ -33,10 +33,13 @@ uncertain again and gets explored again.
 Pool-wide changes (a new draft model moves every request at once) are caught by a two-sided CUSUM
 on the standardised residuals (residual / predictive standard deviation): the model knows how sure
 it is, so a residual is large only relative to that. A change is declared only when the run that
-revealed it shows it in at least two kinds of prompt and no kind measured in it says the opposite
-(a draft model strong on one kind and weak on another is not a pool-wide change: the weights learn
-that); it moves a common offset, added to every prediction, by the agreeing kinds' mean residual
-at once instead of waiting for measurements of every feature.
+revealed it shows it in at least two kinds of prompt that had been predicted within the noise before
+it (their running mean standardised residual under ``CUSUM_SLACK``), and no kind measured in it says
+the opposite. A draft model strong on one kind and weak on another is not a pool-wide change: the
+weights learn that; nor is a deployment unlike the prior from its first requests, where kinds seen
+for the first time, or still being learned, are off by how wrong the prior is for them and would
+drag every other kind with them. A change moves a common offset, added to every prediction, by the
+agreeing kinds' mean residual at once instead of waiting for measurements of every feature.
 
 Exploration reads the posterior: :meth:`AlphaModel.sample` draws a logit from N(mean, var), for
 Thompson sampling on the predicted speedup.
@@ -65,6 +68,7 @@ CALIBRATION_RATE = 0.02  # weight of one request in the running mean of squared 
 Z_CLIP = 3.0  # standardised residuals are clipped here before the change detector sees them
 SHIFT_MIN_RUN = 3  # a change needs at least this many requests in the run that revealed it
 SHIFT_KIND_LOGIT = 0.5  # a kind's mean residual over the run beyond this says which way it moved
+KIND_Z_RATE = 0.3  # weight of one request in its kind's running mean standardised residual
 ERROR_RATE = 0.05  # weight of one request in the running prediction-error summary
 REFRESH_S = 0.01  # forgetting is applied to a weight once this share of a half-life has passed
 
@@ -130,7 +134,9 @@ class AlphaModel:
     _run_n: int = 0
     _run_r: float = 0.0
     shift_offset: float = 0.0  # logit moved by the pool-wide changes detected so far
-    _run_kinds: dict[str, list[float]] = field(default_factory=dict)  # kind: [n, Σ residual] in the run
+    # kind: [n, Σ residual, settled before the run (1 or 0)] in the run
+    _run_kinds: dict[str, list[float]] = field(default_factory=dict)
+    _kind_z: dict[str, float] = field(default_factory=dict)  # running mean standardised residual per kind
     _z2: float = 1.0  # running mean of the squared standardised residual (1 when the noise model fits)
 
     def _refresh(self, s: int, now: float) -> None:
@@ -202,19 +208,24 @@ class AlphaModel:
         self._z2 += CALIBRATION_RATE * (z * z * max(1.0, self._z2) - self._z2)
         self._up = max(0.0, self._up + z - CUSUM_SLACK)
         self._down = max(0.0, self._down - z - CUSUM_SLACK)
+        before = self._kind_z.get(kind)
+        self._kind_z[kind] = z if before is None else before + KIND_Z_RATE * (z - before)
         if self._up == 0.0 and self._down == 0.0:
             self._run_kinds.clear()
             return
-        acc = self._run_kinds.setdefault(kind, [0.0, 0.0])
+        # a change is a kind that was predicted within the noise and no longer is; a kind first
+        # measured in the run, or still being learned, shows how wrong the prior is, not a change
+        settled = 1.0 if before is not None and abs(before) < CUSUM_SLACK else 0.0
+        acc = self._run_kinds.setdefault(kind, [0.0, 0.0, settled])
         acc[0] += 1
         acc[1] += resid
         n = sum(a[0] for a in self._run_kinds.values())
         if max(self._up, self._down) <= CUSUM_LIMIT or n < SHIFT_MIN_RUN:
             return
         sign = 1.0 if self._up > self._down else -1.0
-        means = [(a[0], a[1] / a[0]) for a in self._run_kinds.values()]
-        agree = [m for _, m in means if sign * m > SHIFT_KIND_LOGIT]
-        against = [m for c, m in means if c >= 2 and sign * m < -SHIFT_KIND_LOGIT]
+        means = [(a[0], a[1] / a[0], a[2]) for a in self._run_kinds.values()]
+        agree = [m for _, m, s in means if s and sign * m > SHIFT_KIND_LOGIT]
+        against = [m for c, m, _ in means if c >= 2 and sign * m < -SHIFT_KIND_LOGIT]
         self._up = self._down = 0.0
         self._run_kinds.clear()
         if len(agree) >= 2 and not against:

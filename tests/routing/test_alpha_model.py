@@ -110,6 +110,33 @@ def test_a_pool_wide_drop_moves_requests_not_measured_since():
     assert before > 0.75 and after < 0.5
 
 
+def test_a_draft_unlike_the_prior_from_the_start_is_not_a_pool_wide_shift():
+    """From the first requests, two kinds far below the prior (a draft weak on data formats and copying):
+    nothing was predicted well before, so nothing changed; the weights learn it, and a prompt of another
+    kind is not dragged down with them (a shift here put a story never measured at alpha 0.04)."""
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    data = [
+        "Convert this CSV to JSON: a,b",
+        "Return a YAML config with host and port",
+        "Fill in this form as key: value lines",
+        "Write a docker-compose.yml with two services",
+    ]
+    copy = [
+        "Repeat the following line ten times: hello",
+        "Copy this list verbatim: 1 2 3",
+        "Continue counting by sevens until 350",
+        "Echo back the words: red green blue",
+    ]
+    for i in range(8):
+        clock.t += 0.5
+        text, kind = (data[i // 2], "data-format") if i % 2 == 0 else (copy[i // 2], "repetition")
+        model.observe(_x({"prompt": text, "temperature": 0}, kind, 0.95), 0.95, 0.12, 60)
+    assert model.shifts == 0
+    assert model.predict(_x(STORY, "creative", 0.25), 0.25).alpha > 0.2
+    assert model.predict(_x({"prompt": data[0], "temperature": 0}, "data-format", 0.95), 0.95).alpha < 0.3
+
+
 def test_a_draft_strong_on_one_kind_and_weak_on_another_is_not_a_pool_wide_shift():
     """Prompts of one kind far below the prior, of another far above: the weights learn it; no shift
     moves the prompts not measured yet."""

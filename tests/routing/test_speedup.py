@@ -49,3 +49,16 @@ def test_c_waits_for_step_time():
     m = SpeedupModel(k=7, c=0.05, step_s=0.045)
     m.observe_speculative(0.003, 1, 0.8)  # far below the configured step: step_s not yet known
     assert m.c == 0.05
+
+
+def test_c_is_learned_once_a_couple_of_baseline_requests_timed_the_step():
+    """An adaptive gateway sends few requests to baseline while it believes speculation pays; c's error
+    from the step time's is divided by k, so two timings are enough to start correcting a wrong c."""
+    truth = SpeedupModel(k=7, c=0.15, step_s=0.009)
+    m = SpeedupModel(k=7, c=0.05, step_s=0.045)
+    for tpot in (0.0093, 0.0088):
+        m.observe_speculative(truth.tpot_speculative(0.8, 1), 1, 0.8)  # before: nothing to measure c by
+        assert m.c == 0.05
+        m.observe_baseline(tpot, 1)
+    m.observe_speculative(truth.tpot_speculative(0.8, 1), 1, 0.8)
+    assert m.c == pytest.approx(0.15, abs=0.01)
