@@ -136,7 +136,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
             settings=settings,
             policy=routing,
             metrics=metrics,
-            upstreams=Upstreams(settings, client, session, pools, metrics),
+            upstreams=Upstreams(settings, client, session, pools, metrics, keys),
             models=frozenset(settings.served_models()),
             observer=Observer(
                 metrics=metrics,
@@ -169,6 +169,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
                 with suppress(asyncio.CancelledError):
                     await task
             gw.observer.close()  # the access-log lines still queued go out before the process ends
+            gw.upstreams.close()
             await client.aclose()
 
     app = FastAPI(title="SpecRoute", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

@@ -94,7 +94,7 @@ def _refused(url: str) -> bool:
     try:
         with socket.create_connection((parts.hostname, parts.port), timeout=1.0):
             return False
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):  # reset: it was in the closing listener's queue
         return True
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.routing.alpha_model import AlphaModel
 from gateway.routing.features import extract
-from gateway.routing.measurement import MeasurementGate
+from gateway.routing.measurement import FRUITLESS_MAX_S, MeasurementGate
 from gateway.routing.policy import Decision
 
 BODY = {"model": "m", "prompt": "Return a JSON object with the fields name and age."}
@@ -133,3 +133,32 @@ def test_after_a_measurement_that_taught_nothing_only_the_interval_counts_until_
     gate.taught("speculative", learned=True)
     assert gate.verdict(unknown, "speculative", 1.1) == "uncertain"
     assert gate.snapshot()["fruitless"] == []
+
+
+def test_each_further_fruitless_measurement_doubles_the_pools_interval_up_to_a_cap():
+    gate = MeasurementGate(interval_s=1.0, sd_share=0.4)
+    unknown = _decision(AlphaModel(600.0))
+    t = 0.0
+    gaps = []
+    for _ in range(6):
+        # the next measured request comes as soon as the pool's interval allows; each teaches nothing
+        start = t
+        while gate.verdict(unknown, "speculative", t) == "passed":
+            t += 0.25
+        gaps.append(t - start)
+        gate.taught("speculative", learned=False)
+    assert gaps == [0.0, 1.0, 2.0, 4.0, FRUITLESS_MAX_S, FRUITLESS_MAX_S]
+    assert gate.snapshot()["interval_by_pool_s"] == {"speculative": FRUITLESS_MAX_S}
+    gate.verdict(unknown, "baseline", t)  # other pools keep the setting's interval
+    gate.taught("baseline", learned=False)
+    assert gate.verdict(unknown, "baseline", t + 1.0) == "interval"
+    gate.taught("speculative", learned=True)  # one that teaches: back to the setting's interval
+    assert gate.verdict(unknown, "speculative", t + 0.25) == "uncertain"
+    assert gate.snapshot()["fruitless"] == ["baseline"]
+
+
+def test_an_interval_above_the_cap_is_kept_for_a_fruitless_pool():
+    gate = MeasurementGate(interval_s=10.0, sd_share=0.4)
+    for _ in range(4):
+        gate.taught("speculative", learned=False)
+    assert gate.snapshot()["interval_by_pool_s"] == {"speculative": 10.0}

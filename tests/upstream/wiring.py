@@ -16,7 +16,9 @@ async def upstreams_for(settings: Settings) -> AsyncIterator[Upstreams]:
     """:class:`Upstreams` over the configured pools and a fresh connection pool, closed on exit."""
     session = new_session()
     client = new_client(settings, session)
+    upstreams = Upstreams(settings, client, session, build_pools(settings), Metrics())
     try:
-        yield Upstreams(settings, client, session, build_pools(settings), Metrics())
+        yield upstreams
     finally:
+        upstreams.close()
         await client.aclose()

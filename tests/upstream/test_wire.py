@@ -1,0 +1,287 @@
+"""The lean forwarding client against raw loopback servers that decide every byte and every close.
+
+Every test runs on asyncio's loop and on uvloop's, which the gateway runs on (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import pytest
+
+from gateway.upstream.wire import PAUSE_BYTES, BodyBroken, ConnectFailed, Dropped, WirePool
+
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Server:
+    """A loopback server running ``handler`` per connection; records connections and request heads."""
+
+    def __init__(self, handler: Handler):
+        self.handler = handler
+        self.connections = 0
+        self.heads: list[bytes] = []
+        self.bodies: list[bytes] = []
+        self.closed = asyncio.Event()
+        self.server: asyncio.Server | None = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            self.closed.set()
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.heads.append(head)
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        body = await reader.readexactly(length)
+        self.bodies.append(body)
+        return body
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[Server]]]:
+    servers: list[Server] = []
+
+    async def start(handler: Handler) -> Server:
+        server = Server(handler)
+        server.server = await asyncio.start_server(server._handle, "127.0.0.1", 0)
+        servers.append(server)
+        return server
+
+    yield start
+    for s in servers:
+        assert s.server is not None
+        s.server.close()
+
+
+def _answer(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s" % (
+        extra,
+        len(body),
+        body,
+    )
+
+
+async def test_requests_share_one_keepalive_connection_and_go_out_as_given(serve):
+    async def keepalive(reader, writer):
+        while True:
+            body = await server.read_request(reader)
+            writer.write(_answer(b'{"echo":' + body + b"}"))
+
+    server = await serve(keepalive)
+    pool = WirePool(connect_s=1.0)
+    for i in range(3):
+        body = b'{"n":%d}' % i
+        r = await pool.request("POST", "127.0.0.1", server.port, "/v1/completions?x=1", {"x-a": "b"}, body)
+        assert r.status == 200
+        assert r.headers.get("Content-Type") == "application/json"
+        assert await r.read() == b'{"echo":' + body + b"}"
+        r.release()
+    assert server.connections == 1
+    lines = server.heads[0].split(b"\r\n")
+    assert lines[0] == b"POST /v1/completions?x=1 HTTP/1.1"
+    assert b"x-a: b" in lines and b"content-length: 7" in lines
+    assert any(line.startswith(b"host: 127.0.0.1:") for line in lines)
+    assert server.bodies == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
+    pool.close()
+
+
+async def test_a_chunked_response_arrives_piece_by_piece_decoded(serve):
+    sent_second = asyncio.Event()
+
+    async def chunked(reader, writer):
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        writer.write(b"6\r\ndata: \r\n")
+        await writer.drain()
+        await sent_second.wait()
+        writer.write(b"3\r\nabc\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # keep the connection open
+
+    server = await serve(chunked)
+    pool = WirePool(connect_s=1.0)
+    r = await pool.request("GET", "127.0.0.1", server.port, "/s", {}, b"")
+    chunks = r.chunks()
+    assert await anext(chunks) == b"data: "  # before the rest was even sent
+    sent_second.set()
+    assert [piece async for piece in chunks] == [b"abc"]
+    r.release()
+    assert b"content-length" not in server.heads[0]  # a GET without a body says nothing of one
+    assert await _reused(pool, server)
+    pool.close()
+    await asyncio.wait_for(server.closed.wait(), 5)
+
+
+async def _reused(pool: WirePool, server: Server) -> bool:
+    """Whether the pool holds an idle connection to ``server`` (taken and put back if so)."""
+    conn = pool._take("127.0.0.1", server.port)
+    if conn is None:
+        return False
+    pool.put_back(conn)
+    return True
+
+
+async def test_a_body_that_ends_with_the_connection_is_complete_and_the_connection_not_reused(serve):
+    async def until_close(reader, writer):
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nall of it")
+
+    server = await serve(until_close)
+    pool = WirePool(connect_s=1.0)
+    r = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+    assert await r.read() == b"all of it"
+    r.release()
+    assert not await _reused(pool, server)
+
+
+async def test_connection_close_from_the_server_is_honoured(serve):
+    async def close_after(reader, writer):
+        await server.read_request(reader)
+        writer.write(_answer(b"{}", b"connection: close\r\n"))
+        await writer.drain()
+        await reader.read()
+
+    server = await serve(close_after)
+    pool = WirePool(connect_s=1.0)
+    r = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+    assert await r.read() == b"{}"
+    r.release()
+    assert not await _reused(pool, server)
+    await asyncio.wait_for(server.closed.wait(), 5)  # the gateway's side closed it
+
+
+async def test_a_connection_cut_mid_body_raises_a_payload_error(serve):
+    async def cut(reader, writer):
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly part")
+        await writer.drain()
+
+    server = await serve(cut)
+    pool = WirePool(connect_s=1.0)
+    r = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+    with pytest.raises(BodyBroken) as raised:
+        await r.read()
+    assert isinstance(raised.value, aiohttp.ClientPayloadError)
+    r.release()  # a broken response never goes back to the pool
+    assert not await _reused(pool, server)
+
+
+async def test_a_connection_closed_before_the_head_raises_dropped(serve):
+    async def drop(reader, writer):
+        await server.read_request(reader)
+
+    server = await serve(drop)
+    pool = WirePool(connect_s=1.0)
+    with pytest.raises(Dropped) as raised:
+        await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+    assert isinstance(raised.value, aiohttp.ServerDisconnectedError)
+
+
+async def test_a_malformed_response_is_a_dropped_connection(serve):
+    async def garbage(reader, writer):
+        await server.read_request(reader)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await reader.read()
+
+    server = await serve(garbage)
+    pool = WirePool(connect_s=1.0)
+    with pytest.raises(Dropped):
+        await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+    await asyncio.wait_for(server.closed.wait(), 5)
+
+
+async def test_a_refused_connection_raises_connect_failed():
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    pool = WirePool(connect_s=1.0)
+    with pytest.raises(ConnectFailed) as raised:
+        await pool.request("POST", "127.0.0.1", port, "/", {}, b"x")
+    assert isinstance(raised.value, aiohttp.ClientConnectionError)
+    assert not isinstance(raised.value, aiohttp.ServerDisconnectedError)  # not retried as a stale one
+
+
+async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(serve):
+    async def never(reader, writer):
+        await server.read_request(reader)
+
+    server = await serve(never)
+    pool = WirePool(connect_s=1.0)
+    with pytest.raises(ValueError, match="line break"):
+        await pool.request("POST", "127.0.0.1", server.port, "/", {"x-id": "a\r\nx-evil: 1"}, b"x")
+    assert server.connections == 0
+
+
+async def test_an_idle_connection_past_its_keepalive_is_not_reused(serve):
+    async def keepalive(reader, writer):
+        while True:
+            await server.read_request(reader)
+            writer.write(_answer(b"{}"))
+
+    server = await serve(keepalive)
+    pool = WirePool(connect_s=1.0, keepalive_s=0.05)
+    for _ in range(2):
+        r = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+        await r.read()
+        r.release()
+        await asyncio.sleep(0.1)
+    assert server.connections == 2
+
+
+async def test_an_unread_response_stops_the_socket_and_reading_resumes_it(serve):
+    size = 64 * PAUSE_BYTES  # more than the kernel's socket buffers hold
+    wrote = asyncio.Event()
+
+    async def big(reader, writer):
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+        writer.write(b"x" * size)
+        await writer.drain()
+        wrote.set()
+        await reader.read()
+
+    server = await serve(big)
+    pool = WirePool(connect_s=1.0)
+    r = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+    await asyncio.sleep(0.2)
+    assert r._conn._paused
+    assert r.buffered < 2 * PAUSE_BYTES  # what the reader has not taken is bounded
+    assert not wrote.is_set()  # so the server is held back
+    assert len(await r.read()) == size
+    r.release()
+    pool.close()
+    await asyncio.wait_for(server.closed.wait(), 5)
+
+
+async def test_a_cancelled_request_closes_its_connection(serve):
+    async def slow(reader, writer):
+        await server.read_request(reader)
+        await reader.read()
+
+    server = await serve(slow)
+    pool = WirePool(connect_s=1.0)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):
+            await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+    await asyncio.wait_for(server.closed.wait(), 5)  # the upstream sees the request aborted
+    assert not await _reused(pool, server)
