@@ -9,7 +9,17 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from classifiers.features import _HT_ORDERS, _TOKEN, CHAR_HEAD, CHAR_TAIL, _tokens, char_windows, extract
+from classifiers.features import (
+    _HT_ORDERS,
+    _TOKEN,
+    CHAR_HEAD,
+    CHAR_TAIL,
+    LAST_MAX,
+    _tokens,
+    char_windows,
+    extract,
+    last_segment,
+)
 from classifiers.request import view
 
 FIXTURE = Path(__file__).parent / "fixtures" / "prompts-train.jsonl"
@@ -60,3 +70,35 @@ def test_short_and_unsegmented_text_gives_character_grams(text: str) -> None:
     # scripts without spaces (Thai, Chinese) are read through the character grams of every order
     head, _, _ = char_windows(text)
     assert extract(view({"prompt": text})).sparse["ch"] == _grams(head, _HT_ORDERS)
+
+
+PASSAGE = "The bakery opened at seven. Its windows fogged with steam and the smell of rye drifted down. " * 6
+
+
+def test_the_question_after_a_passage_is_read_apart() -> None:
+    f = extract(view({"prompt": PASSAGE + "\nWhen did the bakery open?"}))
+    assert f.sparse["wl"] == {
+        "when",
+        "did",
+        "the",
+        "bakery",
+        "open",
+        "?",
+        "when did",
+        "did the",
+        "the bakery",
+        "bakery open",
+        "open ?",
+    }
+
+
+def test_last_segment_is_the_last_sentence_of_a_long_line() -> None:
+    assert last_segment(PASSAGE + "Copy the last sentence above.") == "Copy the last sentence above."
+    # a CJK question mark ends the text: the segment is the question, not the empty piece after it
+    assert last_segment(PASSAGE + "\u3002\u8fd9\u662f\u4ec0\u4e48\uff1f") == "\u8fd9\u662f\u4ec0\u4e48\uff1f"
+
+
+def test_no_last_segment_without_a_pasted_body_or_when_it_is_passage() -> None:
+    assert last_segment("When did the bakery open?") == ""
+    assert extract(view({"prompt": "When did the bakery open?"})).sparse["wl"] == set()
+    assert last_segment("word " * LAST_MAX + "end") == ""  # one long line with no sentence end is passage
