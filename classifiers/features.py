@@ -208,7 +208,9 @@ def last_segment(text: str) -> str:
     prompt is short or the segment too long to be an instruction."""
     if len(text) <= LAST_MIN_TEXT:
         return ""
-    pieces = _SEGMENT_END.split(text[-LAST_MAX - 1 :].rstrip())
+    tail = text[-LAST_MAX - 1 :].rstrip()
+    # a line break is a segment end, so only the last line needs the regex (the one scan of a long prompt)
+    pieces = _SEGMENT_END.split(tail[tail.rfind("\n") + 1 :])
     # a CJK mark ends a zero-width split, so the final piece may be empty: the segment is the one before it
     last = (pieces[-1] or pieces[-2] if len(pieces) > 1 else pieces[-1]).strip()
     return last if len(last) < LAST_MAX else ""

@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from classifiers.features import (
     _HT_ORDERS,
+    _SEGMENT_END,
     _TOKEN,
     CHAR_HEAD,
     CHAR_TAIL,
     LAST_MAX,
+    LAST_MIN_TEXT,
     _tokens,
     char_windows,
     extract,
@@ -102,3 +104,17 @@ def test_no_last_segment_without_a_pasted_body_or_when_it_is_passage() -> None:
     assert last_segment("When did the bakery open?") == ""
     assert extract(view({"prompt": "When did the bakery open?"})).sparse["wl"] == set()
     assert last_segment("word " * LAST_MAX + "end") == ""  # one long line with no sentence end is passage
+
+
+def _plain_last(text: str) -> str:
+    """The definition: the last non-empty piece of the whole window split at every segment end."""
+    if len(text) <= LAST_MIN_TEXT:
+        return ""
+    pieces = _SEGMENT_END.split(text[-LAST_MAX - 1 :].rstrip())
+    last = (pieces[-1] or pieces[-2] if len(pieces) > 1 else pieces[-1]).strip()
+    return last if len(last) < LAST_MAX else ""
+
+
+@given(st.text(alphabet=st.sampled_from("ab .?:\n\t\u3002\uff1f"), min_size=250, max_size=420))
+def test_last_segment_reads_only_the_last_line_and_gives_the_plain_split(text: str) -> None:
+    assert last_segment(text) == _plain_last(text)
