@@ -13,6 +13,7 @@ import itertools
 import math
 import re
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from classifiers.request import RequestView
@@ -328,7 +329,9 @@ def _layout(text: str) -> dict[str, float]:
     return out
 
 
-def extract(view: RequestView) -> Features:
+def extract(view: RequestView, namespaces: Collection[str] = NAMESPACES) -> Features:
+    """The request's features; the grams of a namespace not in ``namespaces`` are not computed (a model
+    without weights for it, such as the body's character grams, would only pay for them)."""
     text = view.text
     scanned = window(text)
     tokens = _tokens(scanned.lower())
@@ -350,7 +353,7 @@ def extract(view: RequestView) -> Features:
     ctx = view.context
     context: set[str] = set()
     cx: set[str] = set()
-    if ctx:
+    if ctx and ("x" in namespaces or "cx" in namespaces):
         # the system prompt (a persona, or "answer from these documents") sits at the head of the context
         context = set(_tokens(ctx[:CONTEXT_WINDOW].lower()))
         cx = _chars(_norm(ctx[:CHAR_CONTEXT]), (3,))
@@ -363,7 +366,7 @@ def extract(view: RequestView) -> Features:
         "x": context,
         "ch": char_head,
         "ct": char_head if len(text) <= CHAR_HEAD else _chars(ct, _HT_ORDERS),
-        "cb": _chars(cb, _BODY_ORDERS),
+        "cb": _chars(cb, _BODY_ORDERS) if "cb" in namespaces else set(),
         "cx": cx,
     }
     return Features(sparse=sparse, dense=_dense(text, scanned, tokens, words, cue_grams, view))
