@@ -13,6 +13,7 @@ import itertools
 import math
 import re
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from classifiers.request import RequestView
@@ -145,6 +146,15 @@ CHAR_BODY = 64  # read at each end of the body (the text between head and tail)
 CHAR_CONTEXT = 300
 _HT_ORDERS = (2, 3, 4)  # orders 2-4 lifted LOSO over 3 alone (classifiers/VARIANTS.md)
 _BODY_ORDERS = (3,)
+# The last segment of a prompt that holds pasted material: its last line, or last sentence when that line is
+# long, read as a namespace of its own. The question after a passage ("Who is retiring, and when?") or the
+# instruction below it ("Copy the last sentence of the paragraph above.") decides the reply's shape whatever
+# the passage says; in the tail window it is mixed with the passage's own words. The first segment, its
+# character grams and its own head/tail weights for long prompts were measured too and lost on unseen
+# sources (classifiers/VARIANTS.md).
+LAST_MAX = 300  # a longer last segment is part of the passage, not an instruction
+LAST_MIN_TEXT = CHAR_HEAD + CHAR_TAIL  # a shorter prompt has no pasted body to set its last segment apart
+_SEGMENT_END = re.compile(r"(?<=[.!?;:])\s+|(?<=[\u3002\uff01\uff1f\uff1a])|\n")
 # slicing with prebuilt slice objects keeps the per-n-gram work in C (``map(str.__getitem__, ...)``)
 _SLICES = {
     n: [slice(i, i + n) for i in range(max(2 * CHAR_BODY, CHAR_TAIL, CHAR_CONTEXT) + 8)] for n in (2, 3, 4)
@@ -161,8 +171,9 @@ class Features:
 
 
 # wh/wt: word unigrams+bigrams of the head and tail windows; f: first words; x: words of the chat context;
-# ch/ct/cb/cx: character n-grams of the head, tail, body and chat context
-NAMESPACES = ("wh", "wt", "f", "x", "ch", "ct", "cb", "cx")
+# ch/ct/cb/cx: character n-grams of the head, tail, body and chat context; wl: words of the last segment of
+# a long prompt
+NAMESPACES = ("wh", "wt", "f", "x", "ch", "ct", "cb", "cx", "wl")
 
 
 def window(text: str) -> str:
@@ -191,6 +202,19 @@ def char_windows(text: str) -> tuple[str, str, str]:
     if len(body) > 2 * CHAR_BODY:
         body = body[:CHAR_BODY] + "\n" + body[-CHAR_BODY:]
     return head, tail, _norm(body)[: 2 * CHAR_BODY]
+
+
+def last_segment(text: str) -> str:
+    """The last line (or last sentence of a long last line) of a prompt with a pasted body; empty when the
+    prompt is short or the segment too long to be an instruction."""
+    if len(text) <= LAST_MIN_TEXT:
+        return ""
+    tail = text[-LAST_MAX - 1 :].rstrip()
+    # a line break is a segment end, so only the last line needs the regex (the one scan of a long prompt)
+    pieces = _SEGMENT_END.split(tail[tail.rfind("\n") + 1 :])
+    # a CJK mark ends a zero-width split, so the final piece may be empty: the segment is the one before it
+    last = (pieces[-1] or pieces[-2] if len(pieces) > 1 else pieces[-1]).strip()
+    return last if len(last) < LAST_MAX else ""
 
 
 def _ngrams(tokens: list[str]) -> set[str]:
@@ -305,7 +329,9 @@ def _layout(text: str) -> dict[str, float]:
     return out
 
 
-def extract(view: RequestView) -> Features:
+def extract(view: RequestView, namespaces: Collection[str] = NAMESPACES) -> Features:
+    """The request's features; the grams of a namespace not in ``namespaces`` are not computed (a model
+    without weights for it, such as the body's character grams, would only pay for them)."""
     text = view.text
     scanned = window(text)
     tokens = _tokens(scanned.lower())
@@ -327,18 +353,20 @@ def extract(view: RequestView) -> Features:
     ctx = view.context
     context: set[str] = set()
     cx: set[str] = set()
-    if ctx:
+    if ctx and ("x" in namespaces or "cx" in namespaces):
         # the system prompt (a persona, or "answer from these documents") sits at the head of the context
         context = set(_tokens(ctx[:CONTEXT_WINDOW].lower()))
         cx = _chars(_norm(ctx[:CHAR_CONTEXT]), (3,))
+    last = last_segment(text)
     sparse = {
+        "wl": _ngrams(_tokens(last.lower())) if last else set(),
         "wh": head,
         "wt": tail,
         "f": first,
         "x": context,
         "ch": char_head,
         "ct": char_head if len(text) <= CHAR_HEAD else _chars(ct, _HT_ORDERS),
-        "cb": _chars(cb, _BODY_ORDERS),
+        "cb": _chars(cb, _BODY_ORDERS) if "cb" in namespaces else set(),
         "cx": cx,
     }
     return Features(sparse=sparse, dense=_dense(text, scanned, tokens, words, cue_grams, view))

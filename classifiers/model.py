@@ -76,6 +76,10 @@ class Classifier:
     threshold: float = 0.5
     meta: dict[str, Any] = field(default_factory=dict)
     calibration: Calibration | None = None  # without it the log-odds are read through the sigmoid
+    used: frozenset[str] = field(init=False)  # the namespaces with weights: the others are not extracted
+
+    def __post_init__(self) -> None:
+        self.used = frozenset(ns for ns, table in self.sparse.items() if table)
 
     def _parts(self, f: Features) -> list[tuple[str, set[str], dict[str, float]]]:
         empty: dict[str, float] = {}
@@ -104,7 +108,7 @@ class Classifier:
                 z = sum(request_shift(v).values())
                 kind = "tools" if v.tools else "data-format" if v.constrained else "qa"
                 return self._prediction(z, kind)
-            f = extract(v)
+            f = extract(v, self.used)
             z = self.calibrated(self.score(f)) + sum(request_shift(v).values())
             return self._prediction(z, kind_of(v, f))
         except Exception:
