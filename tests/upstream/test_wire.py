@@ -13,8 +13,6 @@ import pytest
 
 from gateway.upstream.wire import PAUSE_BYTES, BodyBroken, ConnectFailed, Dropped, WirePool
 
-
-
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
@@ -109,7 +107,9 @@ async def test_a_chunked_response_arrives_piece_by_piece_decoded(serve):
 
     async def chunked(reader, writer):
         await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
         writer.write(b"6\r\ndata: \r\n")
         await writer.drain()
         await sent_second.wait()
