@@ -377,7 +377,8 @@ def _request_head(
     body: bytes,
     user_agent: str,
 ) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1\r\nhost: {host}:{port}\r\nuser-agent: {user_agent}\r\n"]
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 literal in brackets
+    lines = [f"{method} {target} HTTP/1.1\r\nhost: {authority}\r\nuser-agent: {user_agent}\r\n"]
     for name, value in headers.items():
         # a line break in a header would smuggle another header or request: refuse it
         if "\n" in value or "\r" in value or "\n" in name or "\r" in name:

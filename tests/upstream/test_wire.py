@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
-from gateway.upstream.wire import PAUSE_BYTES, BodyBroken, ConnectFailed, Dropped, WirePool
+from gateway.upstream.wire import PAUSE_BYTES, BodyBroken, ConnectFailed, Dropped, WirePool, _request_head
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -285,3 +285,10 @@ async def test_a_cancelled_request_closes_its_connection(serve):
             await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
     await asyncio.wait_for(server.closed.wait(), 5)  # the upstream sees the request aborted
     assert not await _reused(pool, server)
+
+
+def test_the_host_header_names_an_ipv6_endpoint_in_brackets():
+    head = _request_head("GET", "::1", 8000, "/v1/models", {}, b"", "specroute")
+    assert b"\r\nhost: [::1]:8000\r\n" in head
+    head = _request_head("GET", "vllm-0.vllm", 8000, "/v1/models", {}, b"", "specroute")
+    assert b"\r\nhost: vllm-0.vllm:8000\r\n" in head
