@@ -154,6 +154,7 @@ class _Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self.closed = True
+        self.pool.forget(self)
         if self.transport is not None:
             self.transport.abort()
 
@@ -174,7 +175,6 @@ class WireResponse:
         "_conn",
         "_error",
         "_pieces",
-        "_pool",
         "_waiter",
         "buffered",
         "done",
@@ -185,9 +185,8 @@ class WireResponse:
         "until_close",
     )
 
-    def __init__(self, conn: _Connection, pool: WirePool, head: asyncio.Future[None]):
+    def __init__(self, conn: _Connection, head: asyncio.Future[None]):
         self._conn = conn
-        self._pool = pool
         self.head = head
         self.status = 0
         self.headers = Headers()
@@ -255,7 +254,7 @@ class WireResponse:
             return
         conn.response = None
         if self.done and self._error is None and self.keep_alive and not conn.closed and not self._pieces:
-            self._pool.put_back(conn)
+            conn.pool.put_back(conn)
         else:
             conn.abort()
 
@@ -275,8 +274,7 @@ class WirePool:
         self.keepalive_s = keepalive_s
         self.user_agent = user_agent
         self._idle: dict[tuple[str, int], deque[_Connection]] = {}
-        self._all: set[_Connection] = set()
-        self.opened = 0  # connections made so far (tests and diagnostics)
+        self._all: set[_Connection] = set()  # open connections, idle or busy (closed at shutdown)
 
     async def request(
         self,
@@ -297,7 +295,7 @@ class WirePool:
         if conn is None:
             conn = await self._connect(host, port)
         loop = asyncio.get_running_loop()
-        response = WireResponse(conn, self, loop.create_future())
+        response = WireResponse(conn, loop.create_future())
         conn.response = response
         try:
             assert conn.transport is not None
@@ -340,14 +338,10 @@ class WirePool:
             if not conn.closed and now - conn.idle_since < self.keepalive_s and not _closing(conn):
                 # the older ones have been idle longer: close those past their time
                 while idle and now - idle[0].idle_since >= self.keepalive_s:
-                    self._discard(idle.popleft())
+                    idle.popleft().abort()
                 return conn
-            self._discard(conn)
+            conn.abort()
         return None
-
-    def _discard(self, conn: _Connection) -> None:
-        conn.abort()
-        self._all.discard(conn)
 
     async def _connect(self, host: str, port: int) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -358,7 +352,6 @@ class WirePool:
             raise ConnectFailed(f"no connection to {host}:{port} within {self.connect_s} s") from None
         except OSError as e:
             raise ConnectFailed(f"cannot connect to {host}:{port}: {e.strerror or e}") from e
-        self.opened += 1
         if not conn.closed:
             self._all.add(conn)
         return conn
