@@ -16,6 +16,17 @@ from typing import Literal
 
 import orjson
 
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One request off a connection: its head (up to the blank line) and its ``content-length`` body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    sizes = [
+        int(ln.split(b":", 1)[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")
+    ]
+    body = await reader.readexactly(sizes[0]) if sizes and sizes[0] else b""
+    return head, body
+
+
 Answer = Literal[
     "ok",
     "cut_body",
@@ -86,12 +97,8 @@ class Scripted:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.split(b"\r\n")
-            sizes = [int(ln.split(b":", 1)[1]) for ln in lines if ln.lower().startswith(b"content-length:")]
-            length = sizes[0] if sizes else 0
-            body = await reader.readexactly(length) if length else b""
-            if lines[0].startswith(b"GET"):
+            head, body = await read_request(reader)
+            if head.startswith(b"GET"):
                 writer.write(_response(200, b"{}"))
             else:
                 await self._answer(reader, writer, self.script.next(self.name), b'"stream":true' in body)

@@ -15,6 +15,7 @@ import pytest
 from gateway.config import load_settings
 from gateway.errors import Unreachable
 from gateway.upstream.forward import Upstreams
+from tests.upstream.scripted import read_request
 from tests.upstream.wiring import upstreams_for
 
 BODY = b'{"model":"m","prompt":"hi"}'
@@ -36,13 +37,7 @@ class Upstream:
         answered = 0
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
+                await read_request(reader)
                 self.requests += 1
                 if answered == self.answer_per_connection:
                     return  # close: the server gave up on this connection as the request came in

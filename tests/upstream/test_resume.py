@@ -20,6 +20,7 @@ from gateway.errors import UpstreamError
 from gateway.upstream.forward import Sent, Upstreams
 from gateway.upstream.resume import Resumption, Transcript, refusal
 from gateway.upstream.stream import StreamMeter, request_usage
+from tests.upstream.scripted import read_request
 from tests.upstream.wiring import upstreams_for
 
 # -- the continuation request ------------------------------------------------------------------
@@ -176,13 +177,8 @@ class ScriptedSSE:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":", 1)[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-            self.bodies.append(orjson.loads(await reader.readexactly(length)))
+            _, body = await read_request(reader)
+            self.bodies.append(orjson.loads(body))
             if self.status != 200:
                 body = b'{"error":{"message":"no","type":"InternalServerError","param":null,"code":500}}'
                 writer.write(

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from gateway.upstream.wire import PAUSE_BYTES, BodyBroken, ConnectFailed, Dropped, WirePool, _request_head
+from tests.upstream.scripted import read_request
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -38,13 +39,8 @@ class Server:
             self.closed.set()
 
     async def read_request(self, reader: asyncio.StreamReader) -> bytes:
-        head = await reader.readuntil(b"\r\n\r\n")
+        head, body = await read_request(reader)
         self.heads.append(head)
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1])
-        body = await reader.readexactly(length)
         self.bodies.append(body)
         return body
 

@@ -22,6 +22,7 @@ import aiohttp
 import uvloop
 
 from gateway.upstream.wire import WirePool
+from tests.upstream.scripted import read_request
 
 BODY = b'{"model":"m","prompt":"Write a haiku about the sea.","max_tokens":16}'
 HEADERS = {
@@ -45,15 +46,9 @@ def _serve(port: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
+                await read_request(reader)
                 writer.write(RESPONSE)
-        except (asyncio.IncompleteReadError, ConnectionError, StopIteration):
+        except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
     async def main() -> None:
