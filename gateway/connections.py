@@ -16,6 +16,11 @@ runs) adds both rules:
   answer to its first request, with ``Connection: close``, and is closed. Connections already open
   are not disturbed.
 
+Each request's scope carries a :class:`~gateway.types.ClientState`: the application reads from it
+whether the whole body had arrived before its task started (no timer around reading it), and a
+client that goes away mid-request cancels the request's task from :meth:`connection_lost` (no task
+per request waiting on ``receive()`` to notice it).
+
 The body is the application's to time (``server.body_timeout_s`` in :func:`gateway.api.request.read_body`).
 
 Each response also leaves in one write instead of two: uvicorn writes the response head as soon as
@@ -36,6 +41,7 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.api.errors import error_body
+from gateway.types import CLIENT_SCOPE_KEY, ClientState
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +107,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            client = cycle.scope.get(CLIENT_SCOPE_KEY)
+            if isinstance(client, ClientState):
+                client.gone()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self._in_head and not self.transport.is_closing():
+            if self._head_timer is None:
+                # a head still incomplete after the read that began it: from now on it is timed (a
+                # head that arrives whole, nearly all of them, never arms a timer)
+                self._arm_head_timer()
             # counted only while a head is still incomplete after this read, so the body bytes that
             # arrive with a complete head never count
             self._head_bytes += len(data)
@@ -120,14 +135,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._head_bytes = 0
-        if self._head_timer is None:
-            self._arm_head_timer()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._cancel_head_timer()
         super().on_headers_complete()
         self.cycle.transport = HeadWithBody(self.transport, self.loop)
+        # the request's task has been created but not run yet: it finds the signal in its scope
+        self.cycle.scope[CLIENT_SCOPE_KEY] = ClientState()  # type: ignore[literal-required]
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        client = self.cycle.scope.get(CLIENT_SCOPE_KEY)
+        if isinstance(client, ClientState):
+            client.body_complete = True
 
     def _arm_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)

@@ -5,7 +5,8 @@ The bottom of the package: it imports nothing from the gateway, and everything e
 
 from __future__ import annotations
 
-from typing import Literal
+import asyncio
+from typing import Any, Literal
 
 PoolName = Literal["speculative", "baseline"]
 """The two pools: the same target model with speculative decoding on, and without it."""
@@ -44,3 +45,34 @@ the one just started, not another server that was already there."""
 
 PromptClass = Literal["structured", "open-ended"]
 """What the classifier says of a prompt: predictable output (speculation helps) or open-ended prose."""
+
+
+CLIENT_SCOPE_KEY = "specroute.client"
+"""The ASGI scope key under which the gateway's HTTP protocol (:mod:`gateway.connections`) puts the
+request's :class:`ClientState`; under another server the key is absent."""
+
+
+class ClientState:
+    """What the connection knows of a request's client that ASGI only tells by waiting.
+
+    ASGI learns that a body has arrived, or that the client went away, from ``receive()``: a timer
+    around the body's read, and a task waiting on ``receive()`` beside every upstream wait, created and
+    cancelled per request. The protocol that parses the request and sees the connection go knows both
+    at no cost: whether the whole body was already there when the request's task started (no time
+    limit needed), and when the client is gone (it cancels the one task that waits, if any).
+    """
+
+    __slots__ = ("body_complete", "lost", "waiting")
+
+    def __init__(self) -> None:
+        self.body_complete = False
+        self.lost = False
+        self.waiting: asyncio.Task[Any] | None = None  # the request's task while it awaits upstream
+
+    def gone(self) -> None:
+        """The connection is lost: cancel the waiting task (later waits see ``lost`` at once)."""
+        if self.lost:
+            return
+        self.lost = True
+        if self.waiting is not None:
+            self.waiting.cancel()

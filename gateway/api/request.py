@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from gateway.api.errors import APIError
 from gateway.api.fields import check_types
-from gateway.types import POOL_NAMES, Api, PoolName
+from gateway.types import CLIENT_SCOPE_KEY, POOL_NAMES, Api, ClientState, PoolName
 
 REQUIRED: dict[Api, str] = {"completions": "prompt", "chat": "messages"}
 
@@ -52,8 +52,13 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
     """The whole body, at most ``limit`` bytes, arrived within ``timeout_s``.
 
     A client that sends its body slowly (or declares more than it sends) would otherwise hold a
-    connection and a task for as long as it likes; it gets a 408 and the connection is closed.
+    connection and a task for as long as it likes; it gets a 408 and the connection is closed. A body
+    that had all arrived before the request's task started (most of them: it comes with the head)
+    is read without arming the timer.
     """
+    client = request.scope.get(CLIENT_SCOPE_KEY)
+    if isinstance(client, ClientState) and client.body_complete:
+        return await _read_body(request, limit)
     try:
         async with asyncio.timeout(timeout_s):
             return await _read_body(request, limit)

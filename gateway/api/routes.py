@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import time
@@ -25,7 +26,7 @@ from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.observability import render
 from gateway.routing.policy import Api, Decision, RouteRequest
-from gateway.types import RUN_TOKEN_ENV, RUN_TOKEN_HEADER
+from gateway.types import CLIENT_SCOPE_KEY, RUN_TOKEN_ENV, RUN_TOKEN_HEADER, ClientState
 from gateway.upstream.assemble import assemble, can_assemble, stream_body
 from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
@@ -303,9 +304,35 @@ class Relay(StreamingResponse):
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await ``work`` but cancel it (and so the upstream request) if the client goes away.
 
-    One watcher task per request: on a disconnect it cancels the request's own task. Upstream failures
-    come out as the :class:`APIError` the client will be told (:func:`from_upstream`).
+    The gateway's own HTTP protocol cancels the request's task when the connection is lost
+    (:class:`~gateway.types.ClientState`); under another ASGI server one watcher task per wait does it.
+    Upstream failures come out as the :class:`APIError` the client will be told (:func:`from_upstream`).
     """
+    client = request.scope.get(CLIENT_SCOPE_KEY)
+    if not isinstance(client, ClientState):
+        return await _watched(request, work)
+    if client.lost:
+        if inspect.iscoroutine(work):
+            work.close()
+        raise APIError(499, "client closed the request")
+    task = asyncio.current_task()
+    assert task is not None
+    client.waiting = task
+    try:
+        return await work
+    except UpstreamError as e:
+        raise from_upstream(e) from None
+    except asyncio.CancelledError:
+        if client.lost:
+            task.uncancel()
+            raise APIError(499, "client closed the request") from None
+        raise
+    finally:
+        client.waiting = None
+
+
+async def _watched(request: Request, work: Awaitable[T]) -> T:
+    """:func:`_unless_disconnected` with a task that waits for ``http.disconnect`` beside ``work``."""
     task = asyncio.current_task()
     assert task is not None
     watch = asyncio.ensure_future(_disconnected(request))

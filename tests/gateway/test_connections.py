@@ -6,6 +6,7 @@ Short limits and assertions on what the server does (answers, closes), never on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -27,10 +28,10 @@ PATIENCE_S = 20.0
 
 
 @contextmanager
-def serving(**server: float) -> Iterator[int]:
+def serving(upstream: str = NOWHERE, **server: float) -> Iterator[int]:
     """The gateway as ``specroute serve`` runs it (same protocol and options), in a thread."""
     port = free_port()
-    config = demo_config([NOWHERE], [NOWHERE], port, extra={"server": server})
+    config = demo_config([upstream], [upstream], port, extra={"server": server})
     settings = load_settings(overrides=config)
     previous = GuardedHttpProtocol.limits
     guard_connections(settings.server)
@@ -251,3 +252,73 @@ def test_responses_on_one_keep_alive_connection_arrive_whole() -> None:
                 data += chunk
             head, _, body = data.partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200") and orjson.loads(body) == {"status": "ok"}
+
+
+class HoldingUpstream:
+    """An upstream that answers ``GET`` (health checks) and holds every ``POST`` without answering,
+    recording when the gateway closes the held connection."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.held = threading.Event()
+        self.released = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            if not data.startswith(b"POST"):
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                return
+            self.held.set()
+            conn.settimeout(PATIENCE_S)
+            with contextlib.suppress(OSError):
+                while conn.recv(65536):  # the body, then nothing until the gateway lets go
+                    pass
+                self.released.set()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_client_that_goes_away_cancels_its_upstream_request_and_is_counted() -> None:
+    """The connection's loss, seen by the protocol, cancels the request waiting on the upstream."""
+    upstream = HoldingUpstream()
+    try:
+        with serving(upstream.url) as port:
+            body = orjson.dumps({"model": "demo-model", "prompt": "Say hello.", "max_tokens": 4})
+            client = _connect(port)
+            client.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            assert upstream.held.wait(PATIENCE_S), "the request never reached the upstream"
+            client.close()
+            assert upstream.released.wait(PATIENCE_S), "the upstream request outlived its client"
+            deadline = time.monotonic() + PATIENCE_S
+            counted = False
+            while not counted and time.monotonic() < deadline:
+                with _connect(port) as probe:
+                    probe.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+                    _, text = _response(probe)
+                counted = any(
+                    line.startswith(b"specroute_requests_total{") and b'status="499"' in line
+                    for line in text.splitlines()
+                )
+            assert counted, "the abandoned request was not recorded as 499"
+    finally:
+        upstream.close()
