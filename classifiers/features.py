@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
+from operator import add
 
 from classifiers.request import RequestView
 
@@ -30,6 +31,13 @@ _CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff
 _TOKEN = re.compile(rf"[^\W\d_{_CJK_RANGES}]+|\d+|[^\w\s]")
 _CJK = re.compile(rf"[{_CJK_RANGES}]+")
 _DIGIT_RUN = re.compile(r"[0-9]+")
+_FROM_KANA = re.compile(
+    "[\u3040-\U0010ffff]"
+)  # a character that may start a CJK run (``max`` of a str is slow)
+# _TOKEN on ASCII text, spelled out as byte ranges: sre tests a character against a bitmap instead of
+# Unicode categories, half the time. On ASCII, ``\w`` is [a-zA-Z0-9_] and ``\s`` is [ \t\n\r\v\f] plus the
+# separators \x1c-\x1f (tests/classifiers/test_fast_path.py checks all 128 characters).
+_TOKEN_ASCII = re.compile(r"[a-zA-Z]+|[0-9]+|[^a-zA-Z0-9_ \t\n\r\x0b\x0c\x1c-\x1f]")
 _NUMSEQ = re.compile(r"\d+(?:\.\d+)?(?:\s*[,;]\s*-?\d+(?:\.\d+)?){3,}")
 _KV_LINE = re.compile(r"^\s*[-\w.\[\]]{1,40}\s*[:=]\s*\S", re.MULTILINE)
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,3}[.)])\s+\S", re.MULTILINE)
@@ -38,6 +46,7 @@ _SPEAKER = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 _SYMBOLS = "{}[]();=<>|$\\`"
+_SYMBOL_BYTES = _SYMBOLS.encode()
 
 
 def _lex(words: str) -> frozenset[str]:
@@ -155,11 +164,7 @@ _BODY_ORDERS = (3,)
 LAST_MAX = 300  # a longer last segment is part of the passage, not an instruction
 LAST_MIN_TEXT = CHAR_HEAD + CHAR_TAIL  # a shorter prompt has no pasted body to set its last segment apart
 _SEGMENT_END = re.compile(r"(?<=[.!?;:])\s+|(?<=[\u3002\uff01\uff1f\uff1a])|\n")
-# slicing with prebuilt slice objects keeps the per-n-gram work in C (``map(str.__getitem__, ...)``)
-_SLICES = {
-    n: [slice(i, i + n) for i in range(max(2 * CHAR_BODY, CHAR_TAIL, CHAR_CONTEXT) + 8)] for n in (2, 3, 4)
-}
-_DIGITS = str.maketrans("0123456789", "0000000000")
+_NONZERO_DIGIT = re.compile("[1-9]")  # ASCII digits only: other digits stay as they are in the char grams
 
 
 @dataclass(slots=True)
@@ -183,22 +188,47 @@ def window(text: str) -> str:
 
 
 def _norm(text: str) -> str:
-    """Lower case, digits folded to 0, whitespace runs to one space: all C-speed ``str`` methods."""
-    return " ".join(text.lower().translate(_DIGITS).split())
+    """Lower case, digits folded to 0, whitespace runs to one space: all C-speed ``str`` methods.
+
+    The fold runs only on a text with a digit to fold: a regex search costs a tenth of ``str.translate``
+    (which takes a per-character table lookup outside ASCII), and most windows hold none.
+    """
+    low = text.lower()
+    if _NONZERO_DIGIT.search(low):
+        low = _NONZERO_DIGIT.sub("0", low)
+    return " ".join(low.split())
 
 
 def _chars(text: str, orders: tuple[int, ...]) -> set[str]:
+    """Every substring of each order in ``orders``.
+
+    Grams are built by concatenating the shorter ones (``text[i:i+2] + text[i+2:i+4]``) rather than by
+    slicing: ``map(operator.add, ...)`` runs in C without a slice object per gram, a third less time than
+    ``map(text.__getitem__, slices)`` for the same set.
+    """
+    pairs = list(map(add, text, text[1:]))
     grams: set[str] = set()
     for n in orders:
-        grams.update(map(text.__getitem__, _SLICES[n][: max(len(text) - n + 1, 0)]))
+        if n == 2:
+            grams.update(pairs)
+        elif n == 3:
+            grams.update(map(add, pairs, text[2:]))
+        elif n == 4:
+            grams.update(map(add, pairs, itertools.islice(pairs, 2, None)))
+        else:
+            grams.update(text[i : i + n] for i in range(len(text) - n + 1))
     return grams
 
 
 def char_windows(text: str) -> tuple[str, str, str]:
     """Head, tail and (sampled) body of ``text``. A short text is its own head and tail; its body is empty."""
     head = _norm(text[:CHAR_HEAD])
+    if len(text) <= CHAR_HEAD:  # the whole text is both windows
+        return head, head, ""
     tail = _norm(text[-CHAR_TAIL:])
-    body = text[CHAR_HEAD:-CHAR_TAIL] if len(text) > CHAR_HEAD + CHAR_TAIL else ""
+    if len(text) <= CHAR_HEAD + CHAR_TAIL:
+        return head, tail, ""
+    body = text[CHAR_HEAD:-CHAR_TAIL]
     if len(body) > 2 * CHAR_BODY:
         body = body[:CHAR_BODY] + "\n" + body[-CHAR_BODY:]
     return head, tail, _norm(body)[: 2 * CHAR_BODY]
@@ -232,8 +262,15 @@ def _tokens(text: str) -> list[str]:
     digits that ``\\d`` does not match (superscripts) and takes the token-by-token way.
     """
     if text.isascii():
-        return _TOKEN.findall(_DIGIT_RUN.sub("#", text))
-    return ["#" if t.isdigit() else t for t in _TOKEN.findall(text)]
+        # the digit test is ten memchr scans; the substitution's regex scan costs ten times more
+        if any(map(text.__contains__, "0123456789")):
+            text = _DIGIT_RUN.sub("#", text)
+        return _TOKEN_ASCII.findall(text)
+    tokens = _TOKEN.findall(text)
+    # ``any`` over ``map`` stays in C; the per-token Python loop runs only when a token is to be replaced
+    if any(map(str.isdigit, tokens)):
+        return ["#" if t.isdigit() else t for t in tokens]
+    return tokens
 
 
 def _cjk_grams(text: str) -> set[str]:
@@ -242,7 +279,7 @@ def _cjk_grams(text: str) -> set[str]:
     for run in _CJK.findall(text):
         run = run[:budget]
         grams.update(run)
-        grams.update(map("".join, itertools.pairwise(run)))
+        grams.update(map(add, run, run[1:]))
         budget -= len(run)
         if budget <= 0:
             break
@@ -253,50 +290,83 @@ def _log(x: float, scale: float) -> float:
     return math.log1p(x) / scale
 
 
+_log1p = math.log1p
+
+
 def _dense(
     text: str, scanned: str, tokens: list[str], words: set[str], cue_grams: set[str], view: RequestView
 ) -> dict[str, float]:
+    """The structural cues. Each scan, regex and count runs only where a cheap C-level test says it can find
+    something (a regex that needs a ``:`` is not run on a text without one); what a skipped one would have
+    given is the same 0 (tests/classifiers/test_fast_path.py holds it to the plain definition)."""
     n = max(len(scanned), 1)
-    lines = [ln for ln in map(str.strip, scanned.split("\n")) if ln]
+    multiline = "\n" in scanned
+    if multiline:
+        lines = [ln for ln in map(str.strip, scanned.split("\n")) if ln]
+        distinct = len(set(lines))
+        max_rep = (1 if lines else 0) if distinct == len(lines) else max(Counter(lines).values())
+        tabular = sum(1 for ln in lines if ln.count(",") >= 2 or ln.count("|") >= 2 or ln.count("\t") >= 2)
+    else:  # one line at most: no duplicates, no indent, no paragraphs
+        line = scanned.strip()
+        lines = [line] if line else []
+        distinct = max_rep = len(lines)
+        tabular = 1 if line and (line.count(",") >= 2 or line.count("|") >= 2 or line.count("\t") >= 2) else 0
     nl = max(len(lines), 1)
-    counts = Counter(lines)
-    max_rep = max(counts.values(), default=0)
-    head = scanned[:600]
-    symbols = sum(map(scanned.count, _SYMBOLS))
-    tabular = sum(1 for ln in lines if ln.count(",") >= 2 or ln.count("|") >= 2 or ln.count("\t") >= 2)
+    # digit runs are "#" tokens (so is a literal "#"): without one, no regex that needs a digit can match
+    hashes = tokens.count("#")
+    # UTF-8 keeps ASCII symbols as single bytes and writes other characters with bytes >= 0x80: the symbols
+    # are the bytes that a C-speed ``bytes.translate`` deletes (one pass instead of a ``count`` per symbol)
+    encoded = scanned.encode()
+    symbols = len(encoded) - len(encoded.translate(None, _SYMBOL_BYTES))
     stripped = text.rstrip()
-    instruction = text[:HEAD_NS] + "\n" + text[-TAIL_NS:]
+    colon = ":" in scanned or "：" in scanned
+    head = scanned[:600]  # the whole window (at most HEAD + TAIL + 1 characters)
+    if head.isascii():
+        non_ascii = 0.0
+    else:
+        size = len(encoded) if head is scanned else len(head.encode())
+        non_ascii = min(1.0, (size - len(head)) / (2 * max(len(head), 1)))
+    if hashes:
+        instruction = text[:HEAD_NS] + "\n" + text[-TAIL_NS:]
+        numseq = 1.0 if _NUMSEQ.search(instruction) else 0.0
+    else:
+        numseq = 0.0
+    questions = scanned.count("?") + scanned.count("？")
+    context = view.context
     out = {
-        "len": _log(len(text), 9.0),
-        "lines": _log(len(lines), 5.0),
-        "dup_lines": (len(lines) - len(counts)) / nl,
-        "max_rep": _log(max_rep - 1, 3.0) if max_rep > 1 else 0.0,
+        "len": _log1p(len(text)) / 9.0,
+        "lines": _log1p(len(lines)) / 5.0,
+        "dup_lines": (len(lines) - distinct) / nl,
+        "max_rep": _log1p(max_rep - 1) / 3.0 if max_rep > 1 else 0.0,
         "fence": 1.0 if "```" in scanned else 0.0,
-        "symbols": min(1.0, 12.0 * symbols / n),
-        "indent": (scanned.count("\n    ") + scanned.count("\n\t")) / nl,
-        "json_keys": _log(scanned.count('":') + scanned.count("':"), 3.0),
-        "kv_lines": len(_KV_LINE.findall(scanned)) / nl,
-        "bullets": len(_BULLET.findall(scanned)) / nl,
+        "symbols": min(1.0, 12.0 * symbols / n) if symbols else 0.0,
+        "indent": (scanned.count("\n    ") + scanned.count("\n\t")) / nl if multiline else 0.0,
+        "json_keys": _log1p(scanned.count('":') + scanned.count("':")) / 3.0 if colon else 0.0,
+        "kv_lines": len(_KV_LINE.findall(scanned)) / nl if colon or "=" in scanned else 0.0,
+        "bullets": len(_BULLET.findall(scanned)) / nl
+        if hashes or "-" in scanned or "*" in scanned or "•" in scanned
+        else 0.0,
         "tabular": tabular / nl,
-        "digits": min(1.0, 3.0 * tokens.count("#") / max(len(tokens), 1)),
-        "numseq": 1.0 if _NUMSEQ.search(instruction) else 0.0,
-        "code_kw": _log(len(words & CODE_KEYWORDS), 2.5),
+        "digits": min(1.0, 3.0 * hashes / max(len(tokens), 1)) if hashes else 0.0,
+        "numseq": numseq,
+        "code_kw": _log1p(len(words & CODE_KEYWORDS)) / 2.5,
         "question_end": 1.0 if stripped.endswith(("?", "？")) else 0.0,
-        "questions": _log(scanned.count("?") + scanned.count("？"), 2.5),
-        "speakers": _log(len(_SPEAKER.findall(scanned)), 2.5),
-        "paragraphs": _log(scanned.count("\n\n"), 3.0),
-        "non_ascii": min(1.0, (len(head.encode()) - len(head)) / (2 * max(len(head), 1))),
-        "turns": _log(view.turns - 1, 3.0),
+        "questions": _log1p(questions) / 2.5 if questions else 0.0,
+        "speakers": _log1p(len(_SPEAKER.findall(scanned))) / 2.5 if colon else 0.0,
+        "paragraphs": _log1p(scanned.count("\n\n")) / 3.0 if multiline else 0.0,
+        "non_ascii": non_ascii,
+        "turns": _log1p(view.turns - 1) / 3.0,
         "system": 1.0 if view.has_system else 0.0,
-        "context_len": _log(len(view.context), 9.0),
+        "context_len": _log1p(len(context)) / 9.0 if context else 0.0,
         "empty": 1.0 if not stripped else 0.0,
     }
-    out.update(_layout(stripped))
+    if multiline and len(stripped) > CHAR_HEAD + CHAR_TAIL:
+        out.update(_layout(stripped))
     for key, lex in _CUE_KEYS:
         out[key] = 0.0 if cue_grams.isdisjoint(lex) else 1.0
-    if view.context:
+    if context:
         # the head of the chat context holds the system prompt: "answer from these documents" or a persona
-        ctx_grams = _ngrams(_tokens(view.context[:CONTEXT_HEAD_NS].lower()))
+        ctx_grams = _ngrams(_tokens(context[:CONTEXT_HEAD_NS].lower()))
         for key, lex in _CONTEXT_KEYS:
             out[key] = 0.0 if ctx_grams.isdisjoint(lex) else 1.0
     return out
@@ -345,9 +415,10 @@ def extract(view: RequestView, namespaces: Collection[str] = NAMESPACES) -> Feat
     first = set(first_words[:1])
     if len(first_words) == 2:
         first.add(" ".join(first_words))
-    cue_grams = tail | head
-    if bool(scanned) and max(scanned) >= "\u3040":
-        cue_grams |= _cjk_grams(head_text + "\n" + tail_text)
+    # a new set only where it differs from both windows (``words`` itself is never changed)
+    cue_grams = head if tail is head else tail | head
+    if not scanned.isascii() and _FROM_KANA.search(scanned):
+        cue_grams = cue_grams | _cjk_grams(head_text + "\n" + tail_text)
     ch, ct, cb = char_windows(text)
     char_head = _chars(ch, _HT_ORDERS)
     ctx = view.context
