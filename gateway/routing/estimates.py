@@ -37,6 +37,7 @@ FULL_TRIALS = 32.0  # a request with this many draft draws counts as one whole o
 CUSUM_SLACK = 0.08  # residuals smaller than this are noise
 CUSUM_LIMIT = 0.9  # accumulated excess that declares a change (≈ 2 observations 0.5 off)
 SHIFT_KINDS = 2  # kinds whose requests must show a change before it is taken as pool-wide
+SETTLED_OBSERVATIONS = 3  # a kind counts towards a pool-wide change only once measured this often
 
 
 @dataclass(slots=True)
@@ -103,6 +104,15 @@ class KindEstimate:
     def mean(self, prior: float) -> float:
         return (self.total + PRIOR_WEIGHT * prior) / (self.weight + PRIOR_WEIGHT)
 
+    @property
+    def settled(self) -> bool:
+        """Measured a few times and predicting its own requests: its own change detector near rest.
+
+        A kind still converging from a prior far from its measurements keeps its CUSUM high for a
+        while; its residuals say how wrong the prior was for it, not that the pool changed.
+        """
+        return self.observations >= SETTLED_OBSERVATIONS and max(self._up, self._down) < CUSUM_LIMIT / 2
+
     def add(self, alpha: float, w: float, prior: float, p: float) -> None:
         current = self.mean(prior)
         r = alpha - current
@@ -133,16 +143,20 @@ class ShiftDetector:
     A shift is declared only when the run that crossed the limit shows it in at least
     ``SHIFT_KINDS`` kinds, and the ratio applied is theirs. One prompt far from its kind's mean
     (a misclassified one, or only the spread inside a kind) crosses the limit on its own; taking
-    that as pool-wide rescaled every kind by the ratio of a run picked for being extreme.
+    that as pool-wide rescaled every kind by the ratio of a run picked for being extreme. And only
+    kinds that were settled when they entered the run count (:attr:`KindEstimate.settled`): with a
+    draft model unlike the prior, kinds measured for the first time far below it at start-up looked
+    like every kind moving together, and every other kind was rescaled by their ratio.
     """
 
     changes: int = 0
     _up: float = 0.0
     _down: float = 0.0
-    # the run since the CUSUM last sat at zero, per kind: Σ weight·residual, Σ w·measured, Σ w·expected
+    # the run since the CUSUM last sat at zero, per kind: Σ weight·residual, Σ w·measured, Σ w·expected,
+    # and whether the kind was settled when it entered the run (1.0) or not (0.0)
     _run: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, kind: str, alpha: float, expected: float, w: float) -> float | None:
+    def add(self, kind: str, alpha: float, expected: float, w: float, settled: bool = True) -> float | None:
         """Record one residual; return the measured/expected ratio when a shift is declared."""
         r = (alpha - expected) * w
         self._up = max(0.0, self._up + r - CUSUM_SLACK * w)
@@ -150,14 +164,14 @@ class ShiftDetector:
         if self._up == 0.0 and self._down == 0.0:
             self._run.clear()
             return None
-        acc = self._run.setdefault(kind, [0.0, 0.0, 0.0])
+        acc = self._run.setdefault(kind, [0.0, 0.0, 0.0, 1.0 if settled else 0.0])
         acc[0] += r
         acc[1] += alpha * w
         acc[2] += expected * w
         if max(self._up, self._down) <= CUSUM_LIMIT:
             return None
         sign = 1.0 if self._up > self._down else -1.0
-        agreeing = [a for a in self._run.values() if sign * a[0] > CUSUM_SLACK]
+        agreeing = [a for a in self._run.values() if a[3] and sign * a[0] > CUSUM_SLACK]
         self._up = self._down = 0.0
         self._run.clear()
         if len(agreeing) < SHIFT_KINDS:
@@ -192,7 +206,9 @@ class AlphaEstimates:
         w = min(1.0, trials / FULL_TRIALS)
         if w <= 0:
             return self.alpha(kind, cls, p_structured)
-        ratio = self.shift.add(kind, alpha, self.alpha(kind, cls, p_structured), w)
+        known = self.kinds.get((kind, cls))
+        settled = known is not None and known.settled
+        ratio = self.shift.add(kind, alpha, self.alpha(kind, cls, p_structured), w, settled)
         if ratio is not None:
             self._rescale(ratio)
         if now > self._prior_at:

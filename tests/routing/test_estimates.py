@@ -150,3 +150,25 @@ def test_one_kinds_outliers_are_not_a_pool_wide_shift():
     assert est.shift.changes == 0
     assert est.alpha("extract", "structured", 0.95) == pytest.approx(0.8, abs=0.05)
     assert est.alpha("data", "structured", 0.95) == pytest.approx(0.8, abs=0.05)
+
+
+def test_a_draft_unlike_the_prior_from_the_start_is_not_a_pool_wide_shift():
+    """Kinds measured for the first time far below the prior (a draft weak on them) moved together
+    only because every one of them was new: taken as a pool-wide change, it rescaled the prior and
+    every other kind by their ratio (a fifth of the prior here)."""
+    clock = Clock()
+    est = AlphaEstimates(60.0, clock)
+    _feed(est, clock, ["data", "count", "config"], 0.12, 12)
+    assert est.shift.changes == 0
+    assert est.prior.scale == 1.0
+    assert est.alpha("data", "structured", 0.95) < 0.3  # the kinds themselves learned it
+
+
+def test_a_change_after_start_up_is_still_pool_wide():
+    """Once the kinds predict their own requests, the same drop in several of them is a change."""
+    clock = Clock()
+    est = AlphaEstimates(60.0, clock)
+    _feed(est, clock, ["data", "count", "config"], 0.12, 30)  # learned, far below the prior
+    _feed(est, clock, ["rep", "code"], 0.8, 20)
+    _feed(est, clock, ["rep", "code"], 0.2, 6)
+    assert est.shift.changes == 1
