@@ -77,6 +77,11 @@ class Response(Protocol):
 
     async def read(self) -> bytes: ...
 
+    @property
+    def arrived(self) -> bool:
+        """Every byte of the body is here: reading the rest will not wait (False when unknown)."""
+        ...
+
     def release(self) -> None:
         """Read to its end: the connection may serve another request."""
         ...
@@ -107,6 +112,10 @@ class _AiohttpResponse:
 
     async def read(self) -> bytes:
         return await self._r.read()
+
+    @property
+    def arrived(self) -> bool:
+        return False  # aiohttp does not say; the rest is read under the gap timeout
 
     def release(self) -> None:
         self._r.release()
@@ -521,9 +530,12 @@ class Upstreams:
         """The rest of a non-streamed body, within the gap timeout between reads."""
         parts = [sent.first]
         complete = False
-        silence = Silence(self.settings.timeouts.chunk_gap_s)
+        # most non-streamed answers arrive in one read: with the whole body here, nothing is timed
+        silence = None if sent.response.arrived else Silence(self.settings.timeouts.chunk_gap_s)
         try:
-            while True:
+            if silence is None:
+                parts.extend([piece async for piece in sent.chunks])
+            while silence is not None:
                 try:
                     parts.append(await silence.next(sent.chunks))
                 except StopAsyncIteration:
@@ -538,7 +550,8 @@ class Upstreams:
             self.failed(sent.endpoint, sent.sent_at)
             raise UpstreamBroken("the upstream broke the connection") from None
         finally:
-            silence.close()
+            if silence is not None:
+                silence.close()
             self._busy(sent.endpoint, -1)
             _close(sent.response, complete)
         sent.endpoint.record_success()

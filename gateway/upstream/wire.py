@@ -247,6 +247,11 @@ class WireResponse:
         """The rest of the body."""
         return b"".join([piece async for piece in self._iterate()])
 
+    @property
+    def arrived(self) -> bool:
+        """The whole body is here (reading the rest will not wait)."""
+        return self.done and self._error is None
+
     def release(self) -> None:
         """Done with a response read to its end: its connection goes back to the pool."""
         conn = self._conn

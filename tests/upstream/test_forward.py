@@ -125,3 +125,50 @@ async def test_an_endpoint_that_drops_every_request_is_tried_twice_then_reported
     assert _errors(upstreams, "dropped_connection") == 1
     assert _errors(upstreams, "connect") == 1
     assert endpoint.consecutive_failures == 1
+
+
+async def test_a_body_already_here_is_read_without_a_timer_and_one_still_coming_is_timed(
+    keepalive_closer, monkeypatch: pytest.MonkeyPatch
+):
+    """A non-streamed answer that arrived whole with its head (nearly all of them) needs no gap timer;
+    an answer whose body is still on its way is read under one."""
+    upstreams, _ = keepalive_closer
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counting(when: float, callback, *args):  # type: ignore[no-untyped-def]
+        armed.append(when)
+        return call_at(when, callback, *args)
+
+    sent = await upstreams.send("/v1/completions", BODY, {}, "baseline", allow_failover=False)
+    assert sent.response.arrived
+    monkeypatch.setattr(loop, "call_at", counting)
+    assert await upstreams.read_all(sent) == ANSWER
+    assert armed == []
+    monkeypatch.undo()
+
+    async def slow_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER[:5]))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(ANSWER[5:])
+        await writer.drain()
+        await reader.read()
+
+    server = await asyncio.start_server(slow_body, "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        endpoints = {"endpoints": [{"name": "base-0", "url": url}], "models": ["m"]}
+        other = {"endpoints": [{"name": "spec-0", "url": "http://127.0.0.1:9"}], "models": ["m"]}
+        settings = load_settings(overrides={"pools": {"baseline": endpoints, "speculative": other}})
+        async with upstreams_for(settings) as slow:
+            sent = await slow.send("/v1/completions", BODY, {}, "baseline", allow_failover=False)
+            assert not sent.response.arrived
+            monkeypatch.setattr(loop, "call_at", counting)
+            assert await slow.read_all(sent) == ANSWER
+            assert len(armed) >= 1  # the rest came under the gap timer
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -118,8 +118,10 @@ async def test_a_chunked_response_arrives_piece_by_piece_decoded(serve):
     r = await pool.request("GET", "127.0.0.1", server.port, "/s", {}, b"")
     chunks = r.chunks()
     assert await anext(chunks) == b"data: "  # before the rest was even sent
+    assert not r.arrived
     sent_second.set()
     assert [piece async for piece in chunks] == [b"abc"]
+    assert r.arrived
     r.release()
     assert b"content-length" not in server.heads[0]  # a GET without a body says nothing of one
     assert await _reused(pool, server)
