@@ -275,13 +275,10 @@ class HoldingUpstream:
 
     def _one(self, conn: socket.socket) -> None:
         with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            if not data.startswith(b"POST"):
+            head, blank, _ = _read_head(conn)
+            if not blank:
+                return
+            if not head.startswith(b"POST"):
                 conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
                 return
             self.held.set()
