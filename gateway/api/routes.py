@@ -305,13 +305,17 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await ``work`` but cancel it (and so the upstream request) if the client goes away.
 
     The gateway's own HTTP protocol cancels the request's task when the connection is lost
-    (:class:`~gateway.types.ClientState`); under another ASGI server one watcher task per wait does it.
-    Upstream failures come out as the :class:`APIError` the client will be told (:func:`from_upstream`).
+    (:class:`~gateway.types.ClientState`); under another ASGI server a task that waits on ``receive()``
+    beside ``work`` tells the same. Upstream failures come out as the :class:`APIError` the client will
+    be told (:func:`from_upstream`).
     """
     client = request.scope.get(CLIENT_SCOPE_KEY)
+    watch: asyncio.Future[None] | None = None
     if not isinstance(client, ClientState):
-        return await _watched(request, work)
-    if client.lost:
+        client = ClientState()
+        watch = asyncio.ensure_future(_disconnected(request))
+        watch.add_done_callback(lambda w: None if w.cancelled() else client.gone())
+    elif client.lost:
         if inspect.iscoroutine(work):
             work.close()
         raise APIError(499, "client closed the request")
@@ -329,25 +333,8 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         raise
     finally:
         client.waiting = None
-
-
-async def _watched(request: Request, work: Awaitable[T]) -> T:
-    """:func:`_unless_disconnected` with a task that waits for ``http.disconnect`` beside ``work``."""
-    task = asyncio.current_task()
-    assert task is not None
-    watch = asyncio.ensure_future(_disconnected(request))
-    watch.add_done_callback(lambda w: None if w.cancelled() else task.cancel())
-    try:
-        return await work
-    except UpstreamError as e:
-        raise from_upstream(e) from None
-    except asyncio.CancelledError:
-        if watch.done() and not watch.cancelled():
-            task.uncancel()
-            raise APIError(499, "client closed the request") from None
-        raise
-    finally:
-        watch.cancel()
+        if watch is not None:
+            watch.cancel()
 
 
 # for the other routes (gateway.api.responses, gateway.api.passthrough)

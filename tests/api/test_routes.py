@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
+from starlette.requests import Request
 
+from gateway.api.errors import APIError
+from gateway.api.routes import unless_disconnected
+from gateway.types import CLIENT_SCOPE_KEY, ClientState
 from tests.api.conftest import API_KEY, MODEL, InProcess, metric
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
@@ -96,3 +101,43 @@ def test_a_certain_recently_measured_request_goes_upstream_as_the_client_sent_it
         assert streamed.status_code == 200 and "[DONE]" in streamed.text
         after = stack.request("GET", "/admin/routing", headers=auth).json()["measurement"]
         assert after["pools"] == state["pools"]  # (it may teach, which clears a pool's fruitless mark)
+
+
+async def _abandoned_wait(scope_extra: dict[str, Any], lose: Any) -> tuple[int, bool]:
+    """A request waiting on upstream work when its client goes away: the status it ends with, and
+    whether the work was cancelled."""
+    gone = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    request = Request({"type": "http", "headers": [], **scope_extra}, receive)
+    cancelled = False
+
+    async def upstream() -> None:
+        nonlocal cancelled
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+
+    waiting = asyncio.ensure_future(unless_disconnected(request, upstream()))
+    await asyncio.sleep(0.01)
+    lose(gone)
+    try:
+        await asyncio.wait_for(waiting, 5)
+    except APIError as e:
+        return e.status, cancelled
+    return 200, cancelled
+
+
+async def test_a_client_gone_mid_wait_ends_it_with_499_whichever_way_the_server_tells() -> None:
+    """Told by the gateway's protocol (the scope's client state) or only by ``receive()`` (another
+    ASGI server), the wait ends in a 499 and the upstream work is cancelled."""
+    client = ClientState()
+    assert await _abandoned_wait({CLIENT_SCOPE_KEY: client}, lambda gone: client.gone()) == (499, True)
+    assert await _abandoned_wait({}, lambda gone: gone.set()) == (499, True)
+    # a client already gone before the wait: no work is started
+    assert await _abandoned_wait({CLIENT_SCOPE_KEY: client}, lambda gone: None) == (499, False)
