@@ -535,11 +535,12 @@ class Upstreams:
         try:
             if silence is None:
                 parts.extend([piece async for piece in sent.chunks])
-            while silence is not None:
-                try:
-                    parts.append(await silence.next(sent.chunks))
-                except StopAsyncIteration:
-                    break
+            else:
+                while True:
+                    try:
+                        parts.append(await silence.next(sent.chunks))
+                    except StopAsyncIteration:
+                        break
             complete = True
         except TimeoutError:
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "timeout").inc()
