@@ -36,6 +36,7 @@ class Row:
     commercial: bool = True
     redteam: bool = False
     translated: bool = False
+    origin: str = ""  # a generated row's material: the source it was cut from (classifiers.augment)
 
     @property
     def y(self) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from classifiers import augment
 from classifiers.data import Row, load_training
 from classifiers.train import SEED, Options, design, fit_design, text_length
 
@@ -140,20 +141,31 @@ def _length_baseline(train: Sequence[Row], test: Sequence[Row]) -> list[float]:
 
 
 def leave_one_source_out(
-    rows: Sequence[Row], opts: Options | None = None, log: Callable[[str], None] = print
+    rows: Sequence[Row],
+    opts: Options | None = None,
+    log: Callable[[str], None] = print,
+    generated: Sequence[Row] = (),
 ) -> Result:
-    """One fold per source: fit on every other source (features extracted once), predict the held-out one."""
+    """One fold per source: fit on every other source (features extracted once), predict the held-out one.
+
+    ``generated`` rows (:mod:`classifiers.augment`) join the training side only: they are never held out,
+    and a fold leaves out those whose material was cut from its held-out source.
+    """
     import numpy as np
 
     opts = opts or Options()
-    d = design(rows, opts)
+    d = design([*rows, *generated], opts)
+    real = np.asarray([not augment.is_generated(r) for r in d.rows])
+    origin = np.asarray([r.origin for r in d.rows])
     ordered: list[Row] = []
     p: list[float] = []
     base: list[float] = []
     label: list[int] = []
     for k, s in enumerate(d.sources):
+        if s == augment.SOURCE:
+            continue
         test_idx = np.flatnonzero(d.source_of == k)
-        train_idx = np.flatnonzero(d.source_of != k)
+        train_idx = np.flatnonzero((d.source_of != k) & (real | (origin != s)))
         t0 = time.perf_counter()
         clf = fit_design(d, train_idx, opts)
         test = [d.rows[i] for i in test_idx]
@@ -284,14 +296,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="NAME=VALUE",
         help="measure a variant: override a training option (repeatable), e.g. --set source_power=1.0",
     )
+    ap.add_argument(
+        "--augment",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add N generated rows per class to every fold's training side (classifiers.augment)",
+    )
     args = ap.parse_args(argv)
     try:
         opts = options(args.set)
     except ValueError as e:
         ap.error(str(e))
     rows = load_training(args.data, with_restricted=args.restricted)
-    res = leave_one_source_out(rows, opts)
-    print(report(res, "Leave-one-source-out" + (" with the non-commercial rows" if args.restricted else "")))
+    generated = augment.generate(rows, args.augment) if args.augment else []
+    res = leave_one_source_out(rows, opts, generated=generated)
+    title = "Leave-one-source-out" + (" with the non-commercial rows" if args.restricted else "")
+    if generated:
+        title += f", {len(generated)} generated rows on the training side"
+    print(report(res, title))
     print(summary(res))
 
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from classifiers.augment import SOURCE as GENERATED
 from classifiers.calibration import Calibration, fit_isotonic
 from classifiers.data import Row
 from classifiers.features import as_dict, extract
@@ -39,6 +40,7 @@ LENGTH_EDGES = (300, 1500)  # the evaluation's length buckets, in characters of 
 class Options:
     alpha: float = 5e-5  # L2 strength of the SGD logistic regression
     epochs: int = 12
+    seeds: int = 1  # SGD fits averaged, each shuffling the rows its own way
     # LOSO improved from 2 to 6 and levelled off at 9; 9 ships with head/tail character orders 2-4
     # (classifiers/VARIANTS.md)
     min_sources: int = 9
@@ -56,6 +58,9 @@ class Options:
     calibration: str = "balanced"
     isotonic: bool = True  # an isotonic table on top of the Platt-scaled log-odds
     max_features: int = 40_000  # largest weights kept in the shipped artefact
+    # generated rows (classifiers.augment) weigh this share of the real rows' total, half per class, outside
+    # the real rows' balancing: they teach a cue the corpus lacks and must not outvote it
+    generated_share: float = 0.05
     # length must not be the signal; the body's character grams (the pasted passage) cost more on unseen
     # sources than they bring (classifiers/VARIANTS.md)
     exclude: tuple[str, ...] = ("d:len", "d:context_len", "cb:")
@@ -137,15 +142,16 @@ def weights(rows: Sequence[Row], opts: Options) -> np.ndarray:
     length-balanced."""
     import numpy as np
 
+    generated = np.asarray([r.source == GENERATED for r in rows])
     group: dict[tuple[str, int], int] = {}
     for r in rows:
-        if r.label != "ambiguous":
+        if r.label != "ambiguous" and r.source != GENERATED:
             group[(r.source, r.y)] = group.get((r.source, r.y), 0) + 1
     w = np.zeros(len(rows))
     y = np.asarray([r.y for r in rows])
     bucket = np.asarray([sum(text_length(r) >= e for e in LENGTH_EDGES) for r in rows])
     for i, r in enumerate(rows):
-        if r.label == "ambiguous":
+        if r.label == "ambiguous" or generated[i]:
             continue
         w[i] = group[(r.source, r.y)] ** -opts.source_power
         if r.redteam:
@@ -162,6 +168,10 @@ def weights(rows: Sequence[Row], opts: Options) -> np.ndarray:
         s = w[mask].sum()
         if s > 0:
             w[mask] *= target / s
+    for c in (0, 1):
+        mask = generated & (y == c)
+        if mask.any():
+            w[mask] = opts.generated_share * w[~generated].sum() / 2 / mask.sum()
     out: np.ndarray = w * (len(rows) / max(w.sum(), 1e-12))
     return out
 
@@ -186,9 +196,14 @@ def _balance_languages(rows: Sequence[Row], w: np.ndarray, y: np.ndarray) -> Non
 
 
 def _vocabulary(d: Design, train_sources: np.ndarray, opts: Options) -> np.ndarray:
-    """Column mask: features seen in >= min_sources training sources and >= min_df training rows."""
+    """Column mask: features seen in >= min_sources training sources and >= min_df training rows.
+
+    Generated rows are not a source here: their grams come from their templates and from material cut from
+    real sources, and counting them would let a gram of eight real sources in.
+    """
     import numpy as np
 
+    train_sources = np.asarray([k for k in train_sources if d.sources[k] != GENERATED], dtype=np.int64)
     sub = d.per_source_df[train_sources]
     df = np.asarray(sub.sum(axis=0)).ravel()
     nsrc = np.asarray((sub > 0).sum(axis=0)).ravel()
@@ -201,15 +216,24 @@ def _vocabulary(d: Design, train_sources: np.ndarray, opts: Options) -> np.ndarr
 def _sgd(X: Any, y: np.ndarray, w: np.ndarray, opts: Options) -> Any:
     from sklearn.linear_model import SGDClassifier
 
-    model = SGDClassifier(
-        loss="log_loss",
-        alpha=opts.alpha,
-        max_iter=opts.epochs,
-        tol=None,
-        random_state=SEED,
-        average=True,
-    )
-    return model.fit(X, y, sample_weight=w)
+    fits = [
+        SGDClassifier(
+            loss="log_loss",
+            alpha=opts.alpha,
+            max_iter=opts.epochs,
+            tol=None,
+            random_state=SEED + k,
+            average=True,
+        ).fit(X, y, sample_weight=w)
+        for k in range(opts.seeds)
+    ]
+    model = fits[0]
+    if len(fits) > 1:
+        # the mean of fits that saw the rows in different orders: a linear model still, with less of the
+        # order's noise (one held-out source's accuracy moved by 0.07 between two seeds)
+        model.coef_ = sum(f.coef_ for f in fits) / len(fits)
+        model.intercept_ = sum(f.intercept_ for f in fits) / len(fits)
+    return model
 
 
 def fit_design(d: Design, train_idx: np.ndarray, opts: Options | None = None) -> Classifier:
@@ -232,28 +256,32 @@ def fit_design(d: Design, train_idx: np.ndarray, opts: Options | None = None) ->
     if opts.calibrate:
         oof = np.zeros(len(y))
         groups = d.source_of[idx]
-        # folds by source: the calibration scores are those of sources the fold's model never saw
-        fold_of = {s: k % opts.calibration_folds for k, s in enumerate(np.unique(groups))}
-        folds = np.asarray([fold_of[g] for g in groups])
+        real = np.asarray([d.rows[i].source != GENERATED for i in idx])
+        # folds by real source: the calibration scores are those of sources the fold's model never saw;
+        # generated rows are on every fold's training side and are never scored (they are not traffic)
+        fold_of = {s: k % opts.calibration_folds for k, s in enumerate(np.unique(groups[real]))}
+        folds = np.asarray([fold_of.get(g, -1) for g in groups])
         for k in range(opts.calibration_folds):
             te = folds == k
             if te.any() and (~te).any() and len(np.unique(y[~te])) == 2:
                 oof[te] = _sgd(X[~te], y[~te], w[~te], opts).decision_function(X[te])
         # the training weights stress the hard cells (languages, long open-ended prompts) and would flatten
-        # the slope, so the calibration sees the rows as they come
+        # the slope, so the calibration sees the real rows as they come
+        oof, y_real = oof[real], y[real]
         s = oof.reshape(-1, 1)
-        balanced = np.where(y == 1, 0.5 / max(y.sum(), 1), 0.5 / max(len(y) - y.sum(), 1))
-        even = LogisticRegression(C=1e4, solver="lbfgs").fit(s, y, sample_weight=balanced)
+        n_pos = y_real.sum()
+        balanced = np.where(y_real == 1, 0.5 / max(n_pos, 1), 0.5 / max(len(y_real) - n_pos, 1))
+        even = LogisticRegression(C=1e4, solver="lbfgs").fit(s, y_real, sample_weight=balanced)
         a, b = float(even.coef_[0, 0]), float(even.intercept_[0])
         if opts.calibration == "prior":
             # the label keeps the equal-prior decision (the score where the balanced fit crosses 0.5), so
             # both classes keep the same recall; p_structured itself matches the observed frequencies
             cut = -b / a if a else 0.0
-            plain = LogisticRegression(C=1e4, solver="lbfgs").fit(s, y)
+            plain = LogisticRegression(C=1e4, solver="lbfgs").fit(s, y_real)
             a, b = float(plain.coef_[0, 0]), float(plain.intercept_[0])
             threshold = round(1.0 / (1.0 + math.exp(-(a * cut + b))), 5)
         if opts.isotonic and opts.calibration == "balanced":
-            table = fit_isotonic(a * oof + b, y, balanced)
+            table = fit_isotonic(a * oof + b, y_real, balanced)
     coef = model.coef_[0] * a
     bias = float(model.intercept_[0]) * a + b
     clf = export(coef, bias, [d.names[c] for c in cols], opts, rows=len(idx))

@@ -238,3 +238,20 @@ def test_fit_is_the_same_whatever_the_string_hash_seed() -> None:
         )
         out.add(run.stdout)
     assert len(out) == 1
+
+
+def test_seeds_average_fits_that_shuffle_the_rows_their_own_way(
+    rows: list[Row], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from classifiers import train
+
+    d = design(rows, FAST)
+    y = np.asarray([r.y for r in rows])
+    w = weights(rows, FAST) + 1e-3  # ambiguous rows too, so that every row is in the fit
+    one = train._sgd(d.X, y, w, FAST)
+    two = train._sgd(d.X, y, w, replace(FAST, seeds=2))
+    monkeypatch.setattr(train, "SEED", train.SEED + 1)
+    other = train._sgd(d.X, y, w, FAST)
+    assert not np.allclose(one.coef_, other.coef_)  # the seed matters ...
+    assert two.coef_ == pytest.approx((one.coef_ + other.coef_) / 2)  # ... and the mean is what ships
+    assert two.intercept_ == pytest.approx((one.intercept_ + other.intercept_) / 2)
