@@ -117,7 +117,23 @@ PASSAGE = (
     "returned by noon, and the catch was sold on the quay to traders from the inland villages. "
 ) * 12
 
+POEM = (
+    "The kettle hums before the light,\nthe window holds a grey-blue sky,\n"
+    "the cat returns from half the night,\nand no one asks the reason why."
+)
+_COPY_MISS = (
+    "known miss: a copy request over verse, or in German, reads as its material (VARIANTS.md, fourth round)"
+)
+
 STRUCTURED = [
+    pytest.param(
+        "Repeat this poem back to me exactly as it is:\n\n" + POEM,
+        marks=pytest.mark.xfail(strict=True, reason=_COPY_MISS),
+    ),
+    pytest.param(
+        "Bitte kopiere die erste und die letzte Zeile des folgenden Gedichts:\n" + POEM,
+        marks=pytest.mark.xfail(strict=True, reason=_COPY_MISS),
+    ),
     # the instruction outweighs the numbered prose lines it points at
     "Copy lines 2-4 from the text below.\n" + "\n".join(f"Line {i}: {PASSAGE[:80]}" for i in range(1, 8)),
     PASSAGE + "\n\nQuestion: When did the boats return to the harbour?",
@@ -133,6 +149,7 @@ STRUCTURED = [
     "on 12 January 1922.",
 ]
 OPEN_ENDED = [
+    "Write a poem in the same style as this one, about the sea:\n" + POEM,
     "Escribe un cuento corto sobre un dragón que tiene miedo a volar.",
     "Napiš krátkou povídku o kocourovi, který se ztratil ve velkém městě.",
     "Write a poem about the first snow of winter.",
