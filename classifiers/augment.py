@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from classifiers.data import Row
 
@@ -283,12 +283,17 @@ def _place(instruction: str, material: str, rng: random.Random) -> str:
     )
 
 
-def generate(rows: Sequence[Row], per_class: int = 1500, seed: int = SEED) -> list[Row]:
-    """``per_class`` structured and as many open-ended rows, their material cut from ``rows``.
+def generate(
+    rows: Sequence[Row],
+    per_class: int = 500,
+    seed: int = SEED,
+    labels: Collection[str] = ("structured", "open-ended"),
+) -> list[Row]:
+    """``per_class`` structured rows, and an open-ended one beside each whose material is prose.
 
-    Both classes draw material from the same rows in the same proportions, so that material alone cannot
-    tell them apart; the material of a language comes from rows in that language where there are at least
-    20, else from English rows.
+    The open-ended rows reuse the structured rows' material, so that prose pasted into a request cannot
+    tell the classes apart; the material of a language comes from rows in that language where there are
+    at least 20, else from English rows. ``labels`` keeps the rows of the classes named.
     """
     rng = random.Random(seed)
     by_lang: dict[str, list[Row]] = {}
@@ -326,7 +331,8 @@ def generate(rows: Sequence[Row], per_class: int = 1500, seed: int = SEED) -> li
                     origin=origin.source,
                 )
             )
-    return out
+    # filtered at the end: the rows kept are the same whichever classes are asked for
+    return [r for r in out if r.label in labels]
 
 
 def is_generated(row: Row) -> bool:

@@ -303,13 +303,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="N",
         help="add N generated rows per class to every fold's training side (classifiers.augment)",
     )
+    ap.add_argument(
+        "--augment-labels",
+        default="structured,open-ended",
+        metavar="LABELS",
+        help="the classes of the generated rows to keep (comma-separated)",
+    )
     args = ap.parse_args(argv)
     try:
         opts = options(args.set)
     except ValueError as e:
         ap.error(str(e))
     rows = load_training(args.data, with_restricted=args.restricted)
-    generated = augment.generate(rows, args.augment) if args.augment else []
+    labels = args.augment_labels.split(",")
+    generated = augment.generate(rows, args.augment, labels=labels) if args.augment else []
     res = leave_one_source_out(rows, opts, generated=generated)
     title = "Leave-one-source-out" + (" with the non-commercial rows" if args.restricted else "")
     if generated:

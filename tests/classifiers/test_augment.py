@@ -66,6 +66,11 @@ def test_generation_is_deterministic_and_needs_english_material(material: list[R
     assert augment.generate(material, 50) == augment.generate(material, 50)
     assert augment.generate(material, 50, seed=1) != augment.generate(material, 50)
     assert augment.generate([r for r in material if r.language != "en"], 50) == []
+    # one class alone: the same rows as in the set of both
+    both = augment.generate(material, 50)
+    assert augment.generate(material, 50, labels=["structured"]) == [
+        r for r in both if r.label == "structured"
+    ]
 
 
 def test_generated_rows_weigh_a_fixed_share_outside_the_real_rows_balance(material: list[Row]) -> None:
