@@ -155,7 +155,7 @@ def leave_one_source_out(
 
     opts = opts or Options()
     d = design([*rows, *generated], opts)
-    real = np.asarray([not augment.is_generated(r) for r in d.rows])
+    real = ~d.generated
     origin = np.asarray([r.origin for r in d.rows])
     ordered: list[Row] = []
     p: list[float] = []

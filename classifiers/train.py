@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from classifiers.augment import SOURCE as GENERATED
+from classifiers.augment import is_generated
 from classifiers.calibration import Calibration, fit_isotonic
 from classifiers.data import Row
 from classifiers.features import as_dict, extract
@@ -97,6 +97,7 @@ class Design:
     sources: list[str]
     per_source_df: csr_matrix  # source x feature: rows of the source holding the feature
     excluded: np.ndarray = field(default_factory=lambda: __import__("numpy").zeros(0, dtype=bool))
+    generated: np.ndarray = field(default_factory=lambda: __import__("numpy").zeros(0, dtype=bool))  # rows
 
 
 def design(rows: Sequence[Row], opts: Options | None = None) -> Design:
@@ -134,7 +135,8 @@ def design(rows: Sequence[Row], opts: Options | None = None) -> Design:
     binary.data[:] = 1.0
     per_source_df = (onehot @ binary).tocsr()
     excluded = np.asarray([n.startswith(opts.exclude) for n in names], dtype=bool)
-    return Design(list(rows), X, names, source_of, sources, per_source_df, excluded)
+    generated = np.asarray([is_generated(r) for r in rows], dtype=bool)
+    return Design(list(rows), X, names, source_of, sources, per_source_df, excluded, generated)
 
 
 def weights(rows: Sequence[Row], opts: Options) -> np.ndarray:
@@ -142,10 +144,10 @@ def weights(rows: Sequence[Row], opts: Options) -> np.ndarray:
     length-balanced."""
     import numpy as np
 
-    generated = np.asarray([r.source == GENERATED for r in rows])
+    generated = np.asarray([is_generated(r) for r in rows], dtype=bool)
     group: dict[tuple[str, int], int] = {}
-    for r in rows:
-        if r.label != "ambiguous" and r.source != GENERATED:
+    for r, gen in zip(rows, generated, strict=True):
+        if r.label != "ambiguous" and not gen:
             group[(r.source, r.y)] = group.get((r.source, r.y), 0) + 1
     w = np.zeros(len(rows))
     y = np.asarray([r.y for r in rows])
@@ -203,7 +205,7 @@ def _vocabulary(d: Design, train_sources: np.ndarray, opts: Options) -> np.ndarr
     """
     import numpy as np
 
-    train_sources = np.asarray([k for k in train_sources if d.sources[k] != GENERATED], dtype=np.int64)
+    train_sources = np.setdiff1d(train_sources, d.source_of[d.generated])
     sub = d.per_source_df[train_sources]
     df = np.asarray(sub.sum(axis=0)).ravel()
     nsrc = np.asarray((sub > 0).sum(axis=0)).ravel()
@@ -256,7 +258,7 @@ def fit_design(d: Design, train_idx: np.ndarray, opts: Options | None = None) ->
     if opts.calibrate:
         oof = np.zeros(len(y))
         groups = d.source_of[idx]
-        real = np.asarray([d.rows[i].source != GENERATED for i in idx])
+        real = ~d.generated[idx]
         # folds by real source: the calibration scores are those of sources the fold's model never saw;
         # generated rows are on every fold's training side and are never scored (they are not traffic)
         fold_of = {s: k % opts.calibration_folds for k, s in enumerate(np.unique(groups[real]))}
