@@ -78,6 +78,9 @@ def train_command(
             results["restricted"] = full
             typer.echo(ev.summary(full))
     clf = train.fit(rows)
+    if ev.PROBES_FILE.is_file():
+        results["probes"] = ev.probe_report(clf, ev.load_probes())
+        typer.echo(results["probes"])
     path = model or MODEL_FILE
     clf.save(path)
     log(f"wrote {path} ({path.stat().st_size // 1024} KiB, {clf.meta['features']} features)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -18,9 +19,12 @@ from pathlib import Path
 
 from classifiers import augment
 from classifiers.data import Row, load_training
-from classifiers.train import SEED, Options, design, fit_design, text_length
+from classifiers.model import Classifier
+from classifiers.request import view
+from classifiers.train import SEED, Options, design, fit, fit_design, text_length
 
 BUCKETS = (("< 300", 0, 300), ("300-1500", 300, 1500), ("> 1500", 1500, math.inf))
+PROBES_FILE = Path(__file__).parent / "probes" / "probes.jsonl"
 
 
 def bucket(n: int) -> str:
@@ -185,6 +189,73 @@ def leave_one_source_out(
     return Result(ordered, p, base, label)
 
 
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A request written for this project to read the model the way live traffic would (probes/README.md)."""
+
+    id: str
+    label: str  # structured | open-ended | ambiguous
+    category: str
+    language: str
+    body: dict[str, object]
+
+    @property
+    def length(self) -> int:
+        v = view(self.body)
+        return len(v.text) + len(v.context)
+
+
+def load_probes(path: Path = PROBES_FILE) -> list[Probe]:
+    """The hand-written probes: each line a prompt or a chat, its label, category and language."""
+    probes = []
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            d = json.loads(line)
+            body = {"messages": d["messages"]} if "messages" in d else {"prompt": d["prompt"]}
+            probes.append(Probe(d["id"], d["label"], d["category"], d.get("language", "en"), body))
+    return probes
+
+
+def probe_report(clf: Classifier, probes: Sequence[Probe]) -> str:
+    """A model's reading of the probes: pooled figures, then right / total per category, length and language.
+
+    The probes are never trained on and no setting is chosen by them alone; they show what
+    leave-one-source-out cannot: requests unlike any corpus source (copy or pick lines of a pasted text,
+    prose coding requests, tools defined in a system prompt, open-ended requests over pasted material).
+    """
+    scored = [(pr, clf.predict(pr.body)) for pr in probes if pr.label != "ambiguous"]
+    y = [int(pr.label == "structured") for pr, _ in scored]
+    p = [pred.p_structured for _, pred in scored]
+    m = metrics(y, p, [int(pred.label == "structured") for _, pred in scored])
+    right = [(pr, (pred.label == "structured") == (pr.label == "structured")) for pr, pred in scored]
+
+    def tally(key: Callable[[Probe], str]) -> str:
+        groups: dict[str, list[bool]] = {}
+        for pr, ok in right:
+            groups.setdefault(key(pr), []).append(ok)
+        return ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(groups.items()))
+
+    head = (
+        f"{m.n} probes with a binary label: balanced accuracy {m.balanced_accuracy:.3f}, "
+        f"AUC {m.auc:.3f}, Brier {m.brier:.3f}, ECE {m.ece:.3f}"
+    )
+    ambiguous = [clf.predict(pr.body).p_structured for pr in probes if pr.label == "ambiguous"]
+    if ambiguous:
+        head += f"; {len(ambiguous)} ambiguous, mean p_structured {sum(ambiguous) / len(ambiguous):.3f}"
+    return "\n".join(
+        [
+            head + ".",
+            "",
+            f"- right / total per category: {tally(lambda pr: pr.category)}",
+            f"- per length: {tally(lambda pr: bucket(pr.length))}",
+            f"- per language: {tally(lambda pr: 'English' if pr.language == 'en' else 'other languages')}",
+            "",
+        ]
+    )
+
+
 def _slice_row(name: str, m: Metrics, b: Metrics | None = None) -> str:
     base = f" {b.balanced_accuracy:.3f} |" if b is not None else ""
     return (
@@ -304,6 +375,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="add N generated rows per class to every fold's training side (classifiers.augment)",
     )
     ap.add_argument(
+        "--probes",
+        action="store_true",
+        help="also fit on every row and score the hand-written probes (classifiers/probes)",
+    )
+    ap.add_argument(
+        "--no-loso", dest="loso", action="store_false", help="skip leave-one-source-out (with --probes)"
+    )
+    ap.add_argument(
         "--augment-labels",
         default="structured,open-ended",
         metavar="LABELS",
@@ -317,12 +396,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows = load_training(args.data, with_restricted=args.restricted)
     labels = args.augment_labels.split(",")
     generated = augment.generate(rows, args.augment, labels=labels) if args.augment else []
-    res = leave_one_source_out(rows, opts, generated=generated)
-    title = "Leave-one-source-out" + (" with the non-commercial rows" if args.restricted else "")
-    if generated:
-        title += f", {len(generated)} generated rows on the training side"
-    print(report(res, title))
-    print(summary(res))
+    if args.loso:
+        res = leave_one_source_out(rows, opts, generated=generated)
+        title = "Leave-one-source-out" + (" with the non-commercial rows" if args.restricted else "")
+        if generated:
+            title += f", {len(generated)} generated rows on the training side"
+        print(report(res, title))
+        print(summary(res))
+    if args.probes:
+        print(probe_report(fit([*rows, *generated], opts), load_probes()))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ Label = Literal["structured", "open-ended"]
 # fixed shift of the log-odds, sized by what they do to draft acceptance.
 CONSTRAINED_SHIFT = 4.0  # JSON schema / regex / grammar: output is dictated by the constraint
 TOOLS_SHIFT = 3.0  # the reply is likely a function call with JSON arguments
+# a system prompt that asks for JSON or defines functions: less certain than the request fields (it may ask
+# for JSON only some of the time), as strong as a guided choice
+SYSTEM_JSON_SHIFT = 2.0
 STOP_SHIFT = 0.3  # stop sequences at code or line ends go with templated output
 TEMPERATURE_SLOPE = 1.2  # acceptance falls as temperature rises; 0.8 is neutral
 SHORT_OUTPUT_SHIFT = -0.3  # a handful of tokens leaves little for the draft model to win
@@ -61,6 +64,8 @@ def request_shift(v: RequestView) -> dict[str, float]:
         out["request:constrained"] = CONSTRAINED_SHIFT * v.constrained
     if v.tools:
         out["request:tools"] = TOOLS_SHIFT
+    elif v.system_json:
+        out["request:system_json"] = SYSTEM_JSON_SHIFT
     if v.stop_structured:
         out["request:stop"] = STOP_SHIFT
     if v.temperature is not None:
@@ -72,7 +77,14 @@ def request_shift(v: RequestView) -> dict[str, float]:
 
 def _shift(v: RequestView) -> float:
     """The sum of ``request_shift``; no dict when no field applies (most requests)."""
-    if v.constrained or v.tools or v.stop_structured or v.temperature is not None or v.max_tokens is not None:
+    if (
+        v.constrained
+        or v.tools
+        or v.system_json
+        or v.stop_structured
+        or v.temperature is not None
+        or v.max_tokens is not None
+    ):
         return sum(request_shift(v).values())
     return 0.0
 

@@ -12,6 +12,7 @@ from classifiers.model import (
     CONSTRAINED_SHIFT,
     SHORT_OUTPUT_SHIFT,
     STOP_SHIFT,
+    SYSTEM_JSON_SHIFT,
     TEMPERATURE_SLOPE,
     TOOLS_SHIFT,
     Classifier,
@@ -134,9 +135,10 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         "(`classifiers/model/model.json.gz`), no pickle; retraining on the same corpus gives the same bytes.",
         "- Request fields add fixed log-odds shifts (the prompt corpus cannot teach them): JSON schema / "
         f"guided regex, grammar or JSON +{CONSTRAINED_SHIFT} (json_object {CONSTRAINED_SHIFT * 0.75}, "
-        f"guided_choice {CONSTRAINED_SHIFT * 0.5}), tools +{TOOLS_SHIFT}, stop sequences at code/line ends "
-        f"+{STOP_SHIFT}, temperature -{TEMPERATURE_SLOPE}·(T - 0.8) clipped to [-1.5, +1], "
-        f"max_tokens < 32 {SHORT_OUTPUT_SHIFT}.",
+        f"guided_choice {CONSTRAINED_SHIFT * 0.5}), tools +{TOOLS_SHIFT} (without them, a system prompt "
+        f"that asks for JSON or defines functions with typed parameters +{SYSTEM_JSON_SHIFT}), stop "
+        f"sequences at code/line ends +{STOP_SHIFT}, temperature -{TEMPERATURE_SLOPE}·(T - 0.8) clipped to "
+        f"[-1.5, +1], max_tokens < 32 {SHORT_OUTPUT_SHIFT}.",
         "",
         "## Data",
         "",
@@ -177,6 +179,19 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
             f"{m.balanced_accuracy:.3f}, AUC {m.auc:.3f} (shipped: "
             f"{results['loso'].binary().balanced_accuracy:.3f}, {results['loso'].binary().auc:.3f}).",
             "",
+        ]
+    if "probes" in results:
+        parts += [
+            "### Hand-written probes (never trained on)",
+            "",
+            "`classifiers/probes/probes.jsonl`: requests written for this project in the shape of live "
+            "traffic (copy or pick lines of a pasted text, prose coding requests, tools defined in a system "
+            "prompt, passage questions, open questions, requests over pasted material, in 17 languages; "
+            "`classifiers/probes/README.md`), scored by the shipped model (`python -m classifiers.evaluate "
+            "--probes`). No training row comes from them and no setting is chosen by them alone; they show "
+            "what leave-one-source-out cannot.",
+            "",
+            results["probes"],
         ]
     parts += _variants()
     parts += [

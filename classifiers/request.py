@@ -8,11 +8,16 @@ and sampling settings are read here too; none of this may raise on malformed inp
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 MAX_CHARS = 200_000  # never look beyond this much text of any one field
+SYSTEM_SCAN = 4_000  # characters of each system message read for a JSON or tool contract
+# A system prompt that asks for JSON or lays out functions with typed parameters: the reply is a JSON object
+# or a tool call whatever the user's words are. JSON and its schema keywords read the same in every language.
+_SYSTEM_JSON = re.compile(r'json|"(?:parameters|properties|arguments)"\s*:', re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +28,7 @@ class RequestView:
     has_system: bool
     constrained: float  # 1 for JSON schema / regex / grammar constraints, 0.5 for json_object / choice
     tools: bool
+    system_json: bool  # a system prompt that asks for JSON or defines tools (see _SYSTEM_JSON)
     temperature: float | None
     stop_structured: bool  # stop sequences that end code or lines
     max_tokens: int | None
@@ -87,7 +93,7 @@ def _stop_structured(stop: Any) -> bool:
 
 def view(body: Mapping[str, Any]) -> RequestView:
     """Read a request body; unknown shapes give an empty view rather than an error."""
-    text, context, turns, has_system = "", "", 1, False
+    text, context, turns, has_system, system_json = "", "", 1, False, False
     messages = body.get("messages")
     if isinstance(messages, list) and messages:
         msgs = [m for m in messages[-200:] if isinstance(m, Mapping)]
@@ -107,6 +113,7 @@ def view(body: Mapping[str, Any]) -> RequestView:
             elif content:
                 if m.get("role") in ("system", "developer"):
                     has_system = True
+                    system_json = system_json or _SYSTEM_JSON.search(content, 0, SYSTEM_SCAN) is not None
                 earlier.append(content)
         context = "\n".join(earlier)[-MAX_CHARS:]
     else:
@@ -121,6 +128,7 @@ def view(body: Mapping[str, Any]) -> RequestView:
         has_system=has_system,
         constrained=_constraint(body),
         tools=bool(tools) and isinstance(tools, list) and tool_choice != "none",
+        system_json=system_json,
         temperature=_number(body.get("temperature")),
         stop_structured=_stop_structured(body.get("stop")),
         max_tokens=int(max_tokens) if max_tokens is not None else None,

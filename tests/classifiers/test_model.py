@@ -74,6 +74,24 @@ def test_request_fields_move_the_probability(clf: Classifier) -> None:
     )
 
 
+def test_a_system_prompt_that_defines_functions_moves_it_like_tools_do(clf: Classifier) -> None:
+    ask = {"role": "user", "content": "Book a table for two at Rosa's tomorrow at eight."}
+    persona = {"role": "system", "content": "You are a friendly concierge."}
+    contract = {
+        "role": "system",
+        "content": 'Tools: [{"name": "book_table", "parameters": {"type": "object", "properties": {}}}]. '
+        "Reply with a JSON function call only.",
+    }
+    plain = clf.predict({"messages": [persona, ask]}).p_structured
+    called = clf.predict({"messages": [contract, ask]})
+    assert called.p_structured > plain and called.label == "structured"
+    assert "request:system_json" in dict(clf.explain({"messages": [contract, ask]}, top=50))
+    # the request's own tools field is the stronger sign and replaces it
+    tools = [{"type": "function", "function": {"name": "book_table"}}]
+    both = clf.explain({"messages": [contract, ask], "tools": tools}, top=50)
+    assert "request:tools" in dict(both) and "request:system_json" not in dict(both)
+
+
 def test_non_english(clf: Classifier) -> None:
     assert clf.predict({"prompt": "用Python写一个快速排序函数。"}).label == "structured"
     assert clf.predict({"prompt": "给我讲一个关于月亮的童话故事吧。"}).label == "open-ended"

@@ -41,6 +41,26 @@ def test_request_fields() -> None:
     assert view({"prompt": "x", "guided_regex": "[a-z]+"}).constrained == 1.0
 
 
+def test_a_system_prompt_that_asks_for_json_or_defines_functions() -> None:
+    def with_system(content: str, role: str = "system") -> bool:
+        msgs = [{"role": role, "content": content}, {"role": "user", "content": "Book me a table for two."}]
+        return view({"messages": msgs}).system_json
+
+    assert with_system("Reply only with a JSON object {name, arguments}.")
+    assert with_system('Functions: [{"name": "book", "parameters": {"type": "object"}}]')
+    assert with_system("Antworte ausschließlich im JSON-Format.", role="developer")
+    assert not with_system("You are a friendly travel agent. Keep answers short.")
+    # an earlier user or assistant turn that mentions JSON is not a contract for this reply
+    msgs = [
+        {"role": "user", "content": "What is JSON?"},
+        {"role": "assistant", "content": "A text format."},
+        {"role": "user", "content": "Tell me a joke."},
+    ]
+    assert not view({"messages": msgs}).system_json
+    # a contract far down a very long system prompt is not looked for
+    assert not with_system("Be helpful. " * 1000 + "Answer in JSON.")
+
+
 def test_wrong_types_give_empty_view() -> None:
     v = view({"messages": "not a list", "temperature": "hot", "max_tokens": True, "stop": 3})
     assert v.text == "" and v.temperature is None and v.max_tokens is None and not v.stop_structured
