@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1.7
 # SpecRoute gateway image. Build:  docker build -t specroute:0.1.0 .
 # With the source revision in specroute_build_info:  --build-arg GIT_REVISION="$(git rev-parse --short HEAD)"
-# Stage 1 builds a wheel of the project; stage 2 installs it with its serving dependencies only, at the
-# versions pinned in constraints.txt, so no sources, build tools or extras reach the final image.
+# Stage 1 builds a wheel of the project (with the classifier's C gram counter, so it has a compiler); stage 2
+# installs it with its serving dependencies only, at the versions pinned in constraints.txt, so no sources,
+# build tools or extras reach the final image.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -10,8 +11,12 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE constraints.txt ./
+COPY pyproject.toml setup.py README.md LICENSE constraints.txt ./
 COPY gateway ./gateway
 COPY classifiers ./classifiers
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . && cp constraints.txt /wheels/

@@ -155,6 +155,7 @@ CHAR_BODY = 64  # read at each end of the body (the text between head and tail)
 CHAR_CONTEXT = 300
 _HT_ORDERS = (2, 3, 4)  # orders 2-4 lifted LOSO over 3 alone (classifiers/VARIANTS.md)
 _BODY_ORDERS = (3,)
+_CONTEXT_ORDERS = (3,)
 # The last segment of a prompt that holds pasted material: its last line, or last sentence when that line is
 # long, read as a namespace of its own. The question after a passage ("Who is retiring, and when?") or the
 # instruction below it ("Copy the last sentence of the paragraph above.") decides the reply's shape whatever
@@ -169,16 +170,23 @@ _NONZERO_DIGIT = re.compile("[1-9]")  # ASCII digits only: other digits stay as 
 
 @dataclass(slots=True)
 class Features:
-    """Sparse parts are namespaced sets of strings; dense cues are floats roughly in [0, 1]."""
+    """Sparse parts are namespaced sets of strings; dense cues are floats roughly in [0, 1].
+
+    With ``extract(..., char_grams=False)`` the character namespaces' sets stay empty and ``chars`` holds
+    their normalised window texts instead, for a model that counts the grams itself (``classifiers._grams``).
+    """
 
     sparse: dict[str, set[str]]  # namespace -> grams (see NAMESPACES)
     dense: dict[str, float]
+    chars: dict[str, str] | None = None  # character namespace -> its window's text, grams not built
 
 
 # wh/wt: word unigrams+bigrams of the head and tail windows; f: first words; x: words of the chat context;
 # ch/ct/cb/cx: character n-grams of the head, tail, body and chat context; wl: words of the last segment of
 # a long prompt
 NAMESPACES = ("wh", "wt", "f", "x", "ch", "ct", "cb", "cx", "wl")
+# the character namespaces and the gram orders each is read with
+CHAR_ORDERS = {"ch": _HT_ORDERS, "ct": _HT_ORDERS, "cb": _BODY_ORDERS, "cx": _CONTEXT_ORDERS}
 
 
 def window(text: str) -> str:
@@ -399,9 +407,13 @@ def _layout(text: str) -> dict[str, float]:
     return out
 
 
-def extract(view: RequestView, namespaces: Collection[str] = NAMESPACES) -> Features:
+def extract(view: RequestView, namespaces: Collection[str] = NAMESPACES, char_grams: bool = True) -> Features:
     """The request's features; the grams of a namespace not in ``namespaces`` are not computed (a model
-    without weights for it, such as the body's character grams, would only pay for them)."""
+    without weights for it, such as the body's character grams, would only pay for them).
+
+    ``char_grams=False`` leaves the character namespaces' sets empty and hands over their window texts in
+    ``Features.chars`` instead (a short text's head and tail window as one object, as its sets are).
+    """
     text = view.text
     scanned = window(text)
     tokens = _tokens(scanned.lower())
@@ -420,14 +432,15 @@ def extract(view: RequestView, namespaces: Collection[str] = NAMESPACES) -> Feat
     if not scanned.isascii() and _FROM_KANA.search(scanned):
         cue_grams = cue_grams | _cjk_grams(head_text + "\n" + tail_text)
     ch, ct, cb = char_windows(text)
-    char_head = _chars(ch, _HT_ORDERS)
+    if len(text) <= CHAR_HEAD:
+        ct = ch  # one window: one object, as the twin namespaces' sets are one object
     ctx = view.context
     context: set[str] = set()
-    cx: set[str] = set()
+    cx = ""
     if ctx and ("x" in namespaces or "cx" in namespaces):
         # the system prompt (a persona, or "answer from these documents") sits at the head of the context
         context = set(_tokens(ctx[:CONTEXT_WINDOW].lower()))
-        cx = _chars(_norm(ctx[:CHAR_CONTEXT]), (3,))
+        cx = _norm(ctx[:CHAR_CONTEXT])
     last = last_segment(text)
     sparse = {
         "wl": _ngrams(_tokens(last.lower())) if last else set(),
@@ -435,12 +448,19 @@ def extract(view: RequestView, namespaces: Collection[str] = NAMESPACES) -> Feat
         "wt": tail,
         "f": first,
         "x": context,
-        "ch": char_head,
-        "ct": char_head if len(text) <= CHAR_HEAD else _chars(ct, _HT_ORDERS),
-        "cb": _chars(cb, _BODY_ORDERS) if "cb" in namespaces else set(),
-        "cx": cx,
     }
-    return Features(sparse=sparse, dense=_dense(text, scanned, tokens, words, cue_grams, view))
+    dense = _dense(text, scanned, tokens, words, cue_grams, view)
+    if not char_grams:
+        chars = {"ch": ch, "ct": ct, "cb": cb if "cb" in namespaces else "", "cx": cx}
+        return Features(
+            sparse={**sparse, "ch": set(), "ct": set(), "cb": set(), "cx": set()}, dense=dense, chars=chars
+        )
+    char_head = _chars(ch, _HT_ORDERS)
+    sparse["ch"] = char_head
+    sparse["ct"] = char_head if ct is ch else _chars(ct, _HT_ORDERS)
+    sparse["cb"] = _chars(cb, _BODY_ORDERS) if "cb" in namespaces else set()
+    sparse["cx"] = _chars(cx, _CONTEXT_ORDERS)
+    return Features(sparse=sparse, dense=dense)
 
 
 def as_dict(f: Features) -> dict[str, float]:

@@ -15,12 +15,28 @@ from functools import lru_cache
 from itertools import repeat
 from operator import mul
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from classifiers.calibration import Calibration, logit
-from classifiers.features import NAMESPACES, Features, extract
+from classifiers.features import CHAR_ORDERS, NAMESPACES, Features, extract
 from classifiers.kinds import kind_of
 from classifiers.request import RequestView, view
+
+if TYPE_CHECKING:
+    from classifiers._grams import GramTable
+
+
+def _gram_table() -> type[GramTable] | None:
+    """The C gram counter, or None where the package was built without a C compiler (the character grams
+    then go through Python sets, about twice as slowly, to the same sums)."""
+    try:
+        from classifiers._grams import GramTable
+    except ImportError:
+        return None
+    return GramTable
+
+
+GRAM_TABLE = _gram_table()
 
 MODEL_FILE = Path(__file__).parent / "model" / "model.json.gz"
 FORMAT_VERSION = 3  # 3 added the calibration table; 2 (without it) still loads
@@ -108,6 +124,12 @@ class Classifier:
     _plan: list[tuple[str, dict[str, float], str | None, dict[str, float] | None]] = field(
         init=False, repr=False, compare=False
     )
+    # per character namespace with weights: (namespace, gram orders, its table hashed for
+    # ``classifiers._grams``, twin namespace, merged twin table); None where that module is missing or
+    # refuses a table, and the character grams then go through Python sets
+    _char_plan: list[tuple[str, tuple[int, ...], GramTable, str | None, GramTable | None]] | None = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.used = frozenset(ns for ns, table in self.sparse.items() if table)
@@ -125,6 +147,16 @@ class Classifier:
         self._plan = [
             (ns, self.sparse[ns], *twin_of.get(ns, (None, None))) for ns in NAMESPACES if self.sparse.get(ns)
         ]
+        self._char_plan = None
+        if GRAM_TABLE is not None:
+            try:
+                self._char_plan = [
+                    (ns, CHAR_ORDERS[ns], GRAM_TABLE(table), twin, GRAM_TABLE(merged) if merged else None)
+                    for ns, table, twin, merged in self._plan
+                    if ns in CHAR_ORDERS
+                ]
+            except ValueError:  # two of the model's grams share a hash
+                self._char_plan = None
 
     def _parts(self, f: Features) -> list[tuple[str, set[str], dict[str, float]]]:
         empty: dict[str, float] = {}
@@ -140,6 +172,8 @@ class Classifier:
         """
         z = self.bias
         sparse = f.sparse
+        if f.chars is not None:
+            z += self._char_score(f.chars)
         for ns, table, twin, merged in self._plan:
             grams = sparse[ns]
             if not grams:
@@ -154,6 +188,28 @@ class Classifier:
         cues: float = sum(map(mul, map(self.dense.get, dense, repeat(0.0, len(dense))), dense.values()))
         return z + cues
 
+    def _char_score(self, chars: dict[str, str]) -> float:
+        """The character namespaces' share of ``score``, counted from their window texts by the gram tables.
+
+        The same sum as the sets give (tests/classifiers/test_grams.py): each namespace's known grams'
+        weights over the square root of its distinct grams, a short text's one window once, through the
+        merged table.
+        """
+        assert self._char_plan is not None, "window texts without gram tables"
+        z = 0.0
+        for ns, orders, table, twin, merged in self._char_plan:
+            text = chars[ns]
+            if not text:
+                continue
+            if twin is not None and chars[twin] is text:
+                if merged is None:
+                    continue
+                table = merged
+            total, distinct = table.score(text, orders)
+            if distinct:
+                z += total / math.sqrt(distinct)
+        return z
+
     def predict(self, body: Mapping[str, Any]) -> Prediction:
         """Never raises: anything unreadable gives the neutral prediction."""
         try:
@@ -164,7 +220,7 @@ class Classifier:
                 z = _shift(v)
                 kind = "tools" if v.tools else "data-format" if v.constrained else "qa"
                 return self._prediction(z, kind)
-            f = extract(v, self.used)
+            f = extract(v, self.used, char_grams=self._char_plan is None)
             z = self.calibrated(self.score(f)) + _shift(v)
             return self._prediction(z, kind_of(v, f))
         except Exception:

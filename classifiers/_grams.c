@@ -1,0 +1,261 @@
+/* Character n-gram scoring for the prompt classifier, without a Python object per gram.
+ *
+ * ``classifiers.features`` reads a window of text as the set of its character n-grams and the model sums
+ * the weights of the grams it knows, divided by the square root of the number of distinct grams. In
+ * Python that means one string object per gram, hashed into a set and looked up in a dict: about half of
+ * the classifier's time. Here a gram is hashed straight from the window's code points (64-bit FNV-1a over
+ * whole code points, seeded with the gram's length, then a finaliser), deduplicated in a scratch table and
+ * looked up in a table of the model's grams hashed the same way. The result is the same sum and count as
+ * the Python sets give (``tests/classifiers/test_grams.py`` holds the two to each other); two different
+ * grams of the model that hash alike are refused when the table is built, and the caller then keeps the
+ * Python way.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+#define MAX_ORDER 16
+#define STACK_SLOTS 4096
+
+static inline uint64_t finish(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h ? h : 1; /* 0 marks an empty slot */
+}
+
+static inline uint64_t gram_hash(int kind, const void *data, Py_ssize_t start, Py_ssize_t n)
+{
+    uint64_t h = FNV_OFFSET ^ (uint64_t)n;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        h = (h ^ (uint64_t)PyUnicode_READ(kind, data, start + j)) * FNV_PRIME;
+    }
+    return finish(h);
+}
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t *keys;
+    double *values;
+    size_t mask;
+    Py_ssize_t size;
+} GramTable;
+
+static void GramTable_dealloc(GramTable *self)
+{
+    PyMem_Free(self->keys);
+    PyMem_Free(self->values);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static size_t slots_for(Py_ssize_t n)
+{
+    size_t slots = 16;
+    while (slots < (size_t)n * 2 + 1) {
+        slots <<= 1;
+    }
+    return slots;
+}
+
+static int GramTable_init(GramTable *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"weights", NULL};
+    PyObject *weights;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyDict_Type, &weights)) {
+        return -1;
+    }
+    Py_ssize_t n = PyDict_Size(weights);
+    size_t slots = slots_for(n);
+    uint64_t *keys = PyMem_Calloc(slots, sizeof(uint64_t));
+    double *values = PyMem_Calloc(slots, sizeof(double));
+    if (keys == NULL || values == NULL) {
+        PyMem_Free(keys);
+        PyMem_Free(values);
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(weights, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key)) {
+            PyErr_SetString(PyExc_TypeError, "gram table keys must be str");
+            goto fail;
+        }
+        double w = PyFloat_AsDouble(value);
+        if (w == -1.0 && PyErr_Occurred()) {
+            goto fail;
+        }
+        uint64_t h = gram_hash(PyUnicode_KIND(key), PyUnicode_DATA(key), 0, PyUnicode_GET_LENGTH(key));
+        size_t i = (size_t)h & (slots - 1);
+        while (keys[i] != 0) {
+            if (keys[i] == h) {
+                PyErr_Format(PyExc_ValueError, "two grams share a hash (one is %R)", key);
+                goto fail;
+            }
+            i = (i + 1) & (slots - 1);
+        }
+        keys[i] = h;
+        values[i] = w;
+    }
+    PyMem_Free(self->keys);
+    PyMem_Free(self->values);
+    self->keys = keys;
+    self->values = values;
+    self->mask = slots - 1;
+    self->size = n;
+    return 0;
+fail:
+    PyMem_Free(keys);
+    PyMem_Free(values);
+    return -1;
+}
+
+static inline double lookup(const GramTable *self, uint64_t h)
+{
+    size_t i = (size_t)h & self->mask;
+    while (self->keys[i] != 0) {
+        if (self->keys[i] == h) {
+            return self->values[i];
+        }
+        i = (i + 1) & self->mask;
+    }
+    return 0.0;
+}
+
+PyDoc_STRVAR(score_doc,
+             "score(text, orders) -> (sum, distinct)\n\n"
+             "The summed weights of the distinct character n-grams of ``text`` (each order in ``orders``) and "
+             "how many distinct grams there are, known to the table or not.");
+
+static PyObject *GramTable_score(GramTable *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "score(text: str, orders: tuple[int, ...])");
+        return NULL;
+    }
+    if (self->keys == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gram table not initialised");
+        return NULL;
+    }
+    PyObject *text = args[0];
+    PyObject *orders = args[1];
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t norders = PyTuple_GET_SIZE(orders);
+    Py_ssize_t total = 0;
+    Py_ssize_t order_of[8];
+    if (norders > 8) {
+        PyErr_SetString(PyExc_ValueError, "at most 8 orders");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < norders; k++) {
+        Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(orders, k));
+        if (n == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (n < 1 || n > MAX_ORDER) {
+            PyErr_SetString(PyExc_ValueError, "orders must be between 1 and 16");
+            return NULL;
+        }
+        order_of[k] = n;
+        if (len >= n) {
+            total += len - n + 1;
+        }
+    }
+    uint64_t stack[STACK_SLOTS];
+    size_t slots = slots_for(total);
+    uint64_t *seen = stack;
+    if (slots > STACK_SLOTS) {
+        seen = PyMem_Calloc(slots, sizeof(uint64_t));
+        if (seen == NULL) {
+            return PyErr_NoMemory();
+        }
+    }
+    else {
+        memset(stack, 0, slots * sizeof(uint64_t));
+    }
+    size_t mask = slots - 1;
+    double sum = 0.0;
+    Py_ssize_t distinct = 0;
+    for (Py_ssize_t k = 0; k < norders; k++) {
+        Py_ssize_t n = order_of[k];
+        for (Py_ssize_t i = 0; i + n <= len; i++) {
+            uint64_t h = gram_hash(kind, data, i, n);
+            size_t s = (size_t)h & mask;
+            while (seen[s] != 0 && seen[s] != h) {
+                s = (s + 1) & mask;
+            }
+            if (seen[s] == 0) {
+                seen[s] = h;
+                distinct++;
+                sum += lookup(self, h);
+            }
+        }
+    }
+    if (seen != stack) {
+        PyMem_Free(seen);
+    }
+    return Py_BuildValue("(dn)", sum, distinct);
+}
+
+static Py_ssize_t GramTable_len(GramTable *self)
+{
+    return self->size;
+}
+
+static PyMethodDef GramTable_methods[] = {
+    {"score", (PyCFunction)(void (*)(void))GramTable_score, METH_FASTCALL, score_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods GramTable_as_sequence = {
+    .sq_length = (lenfunc)GramTable_len,
+};
+
+PyDoc_STRVAR(GramTable_doc,
+             "GramTable(weights: dict[str, float])\n\n"
+             "A model namespace's gram -> weight table, keyed by the grams' hashes.");
+
+static PyTypeObject GramTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "classifiers._grams.GramTable",
+    .tp_basicsize = sizeof(GramTable),
+    .tp_dealloc = (destructor)GramTable_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = GramTable_doc,
+    .tp_methods = GramTable_methods,
+    .tp_as_sequence = &GramTable_as_sequence,
+    .tp_init = (initproc)GramTable_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef grams_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "classifiers._grams",
+    .m_doc = "Character n-gram scoring without a Python object per gram.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__grams(void)
+{
+    if (PyType_Ready(&GramTableType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&grams_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&GramTableType);
+    if (PyModule_AddObject(m, "GramTable", (PyObject *)&GramTableType) < 0) {
+        Py_DECREF(&GramTableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

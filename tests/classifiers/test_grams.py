@@ -1,0 +1,132 @@
+"""The C gram counter (``classifiers/_grams.c``) against the Python sets it stands in for."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import classifiers.model as model_module
+from classifiers.evaluate import load_probes
+from classifiers.features import _HT_ORDERS, CHAR_ORDERS, _chars, extract
+from classifiers.model import Classifier, load_default
+from classifiers.request import view
+
+GramTable = model_module.GRAM_TABLE
+FIXTURE = Path(__file__).parent / "fixtures" / "prompts-train.jsonl"
+
+needs_c = pytest.mark.skipif(GramTable is None, reason="classifiers._grams was not built")
+
+
+def test_the_development_install_builds_the_c_counter() -> None:
+    # the extension is optional for a wheel built without a compiler; where the tests run, one is there, and
+    # a build that silently fell back would leave the classifier twice as slow
+    assert GramTable is not None
+    assert load_default()._char_plan is not None
+
+
+def _python_score(table: dict[str, float], text: str, orders: tuple[int, ...]) -> tuple[float, int]:
+    grams = _chars(text, orders)
+    return sum(table.get(g, 0.0) for g in grams), len(grams)
+
+
+# letters, digits, spaces and punctuation, accents, CJK, an emoji outside the BMP: every string width
+_TEXT = st.text(alphabet="ab c.,0\nßéăş中文한😀\U0001f600", max_size=300)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(text=_TEXT, orders=st.sampled_from([(2, 3, 4), (3,), (1, 5), (2,)]))
+def test_the_counter_gives_the_sets_sum_and_size(text: str, orders: tuple[int, ...]) -> None:
+    weights = {g: (len(g) * 0.37 + ord(g[0]) % 7) - 2.5 for g in _chars(text[::2] + "ab c中😀", orders)}
+    table = GramTable(weights)
+    assert len(table) == len(weights)
+    total, distinct = table.score(text, orders)
+    expected_total, expected_distinct = _python_score(weights, text, orders)
+    assert distinct == expected_distinct
+    assert total == pytest.approx(expected_total, abs=1e-9)
+
+
+@needs_c
+def test_a_window_of_many_grams_and_grams_the_table_does_not_know() -> None:
+    text = "".join(chr(0x4E00 + (i * 7919) % 5000) for i in range(3000))  # past the counter's stack slots
+    weights = {text[i : i + 3]: 1.0 for i in range(0, 3000, 10)} | {"zzz": 5.0}
+    total, distinct = GramTable(weights).score(text, (2, 3, 4))
+    assert (total, distinct) == pytest.approx(_python_score(weights, text, (2, 3, 4)))
+
+
+@needs_c
+def test_bad_arguments_are_refused() -> None:
+    table = GramTable({"ab": 1.0})
+    assert table.score("", (2,)) == (0.0, 0)
+    assert table.score("a", (2,)) == (0.0, 0)
+    with pytest.raises(ValueError, match="between 1 and 16"):
+        table.score("abc", (0,))
+    with pytest.raises(TypeError):
+        table.score(b"abc", (2,))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="keys must be str"):
+        GramTable({1: 1.0})  # type: ignore[dict-item]
+
+
+def _bodies() -> list[dict[str, object]]:
+    rows = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    bodies: list[dict[str, object]] = [{"prompt": r["prompt"]} for r in rows]
+    bodies += [p.body for p in load_probes()]
+    # a short prompt (one window for head and tail), one between the windows, one with a system prompt
+    bodies += [
+        {"prompt": "Count from 1 to 20."},
+        {"prompt": "x" * 130 + " repeat the lines below " + "y" * 20},
+        {"messages": [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "Hi"}]},
+    ]
+    return bodies
+
+
+@needs_c
+def test_the_classifier_scores_the_same_either_way() -> None:
+    clf = load_default()
+    bodies = _bodies()
+    assert len(bodies) > 300
+    for body in bodies:
+        v = view(body)  # type: ignore[arg-type]
+        with_sets = clf.score(extract(v, clf.used))
+        counted = extract(v, clf.used, char_grams=False)
+        assert counted.chars is not None and not any(counted.sparse[ns] for ns in CHAR_ORDERS)
+        assert clf.score(counted) == pytest.approx(with_sets, abs=1e-9)
+
+
+def test_without_the_c_counter_the_classifier_counts_with_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model_module, "GRAM_TABLE", None)
+    shipped = load_default()
+    plain = Classifier(
+        bias=shipped.bias,
+        sparse=shipped.sparse,
+        dense=shipped.dense,
+        threshold=shipped.threshold,
+        calibration=shipped.calibration,
+    )
+    assert plain._char_plan is None
+    for body in _bodies()[:100]:
+        assert plain.predict(body).p_structured == pytest.approx(shipped.predict(body).p_structured, abs=1e-9)  # type: ignore[arg-type]
+
+
+@needs_c
+def test_a_table_whose_grams_share_a_hash_leaves_the_sets_in_charge(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(weights: dict[str, float]) -> None:
+        raise ValueError("two grams share a hash")
+
+    monkeypatch.setattr(model_module, "GRAM_TABLE", refuse)
+    shipped = load_default()
+    clf = Classifier(bias=shipped.bias, sparse=shipped.sparse, dense=shipped.dense)
+    assert clf._char_plan is None
+    body = {"prompt": "Copy the third line of the text below exactly.\n\none\ntwo\nthree"}
+    assert clf.predict(body).p_structured == pytest.approx(
+        1.0 / (1.0 + math.exp(-clf.score(extract(view(body), clf.used)))), abs=1e-12
+    )
+
+
+def test_the_head_and_tail_orders_are_the_ones_the_counter_is_given() -> None:
+    assert CHAR_ORDERS["ch"] == CHAR_ORDERS["ct"] == _HT_ORDERS
