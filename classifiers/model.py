@@ -1,7 +1,9 @@
 """The shipped classifier: a linear model over ``features`` with its calibration folded into the weights.
 
 Inference is plain Python over dicts and sets (no scikit-learn, no numpy) because a single scikit-learn
-call costs more than the whole per-request budget. The artefact is gzipped JSON: feature -> weight.
+call costs more than the whole per-request budget; the character n-grams, half of that work in Python, are
+counted by a small C extension where it was built (``classifiers/_grams.c``), to the same sums. The artefact
+is gzipped JSON: feature -> weight.
 """
 
 from __future__ import annotations
