@@ -15,6 +15,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Python 3.11 may still hold a str in its legacy form until it is made ready; from 3.12 every str is. */
+#if PY_VERSION_HEX < 0x030C0000
+#define MAKE_READY(op) PyUnicode_READY(op)
+#else
+#define MAKE_READY(op) 0
+#endif
+
 #define FNV_OFFSET 0xcbf29ce484222325ULL
 #define FNV_PRIME 0x100000001b3ULL
 #define MAX_ORDER 16
@@ -87,6 +94,9 @@ static int GramTable_init(GramTable *self, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_TypeError, "gram table keys must be str");
             goto fail;
         }
+        if (MAKE_READY(key) == -1) {
+            goto fail;
+        }
         double w = PyFloat_AsDouble(value);
         if (w == -1.0 && PyErr_Occurred()) {
             goto fail;
@@ -145,6 +155,9 @@ static PyObject *GramTable_score(GramTable *self, PyObject *const *args, Py_ssiz
     }
     PyObject *text = args[0];
     PyObject *orders = args[1];
+    if (MAKE_READY(text) == -1) {
+        return NULL;
+    }
     Py_ssize_t len = PyUnicode_GET_LENGTH(text);
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
