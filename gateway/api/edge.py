@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
-from gateway.api.request import check_key, read_body
+from gateway.api.request import check_key, header, read_body
 from gateway.api.state import Gateway
 from gateway.routing.policy import Decision
 from gateway.types import Route
@@ -24,7 +24,7 @@ from gateway.upstream.stream import StreamMeter
 
 
 def request_id(request: Request) -> str:
-    return request.headers.get("x-request-id") or os.urandom(8).hex()
+    return header(request, b"x-request-id") or os.urandom(8).hex()
 
 
 async def read_checked(request: Request, gw: Gateway) -> bytes:
@@ -51,8 +51,10 @@ def upstream_headers(request: Request, gw: Gateway, rid: str, content_type: str 
     if content_type:
         headers["content-type"] = content_type
     auth = gw.settings.auth
-    if auth.forward_client_authorization and not auth.api_keys and "authorization" in request.headers:
-        headers["authorization"] = request.headers["authorization"]
+    if auth.forward_client_authorization and not auth.api_keys:
+        authorization = header(request, b"authorization")
+        if authorization is not None:
+            headers["authorization"] = authorization
     return headers
 
 

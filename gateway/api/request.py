@@ -21,11 +21,23 @@ from gateway.types import CLIENT_SCOPE_KEY, POOL_NAMES, Api, ClientState, PoolNa
 REQUIRED: dict[Api, str] = {"completions": "prompt", "chat": "messages"}
 
 
+def header(request: Request, name: bytes) -> str | None:
+    """The request header ``name`` (lower case), as ``request.headers.get`` reads it: the first value.
+
+    Read straight from the ASGI scope: Starlette's ``Headers`` is built once per request and raises
+    and catches a ``KeyError`` for each header that is absent, as most looked up here are.
+    """
+    for key, value in request.scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")  # type: ignore[no-any-return]
+    return None
+
+
 def check_key(request: Request, keys: list[str], what: str = "API key") -> None:
     """Raise a 401 unless the request's bearer token is one of ``keys`` (none: no check)."""
     if not keys:
         return
-    auth = request.headers.get("authorization", "")
+    auth = header(request, b"authorization") or ""
     scheme, _, token = auth.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise APIError(401, f"missing {what}: send 'Authorization: Bearer <key>'", headers=_CHALLENGE)
@@ -71,7 +83,7 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length")
+    length = header(request, b"content-length")
     if length is not None:
         try:
             declared = int(length)
@@ -117,7 +129,7 @@ def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
 
 
 def forced_pool(request: Request, allowed: bool) -> PoolName | None:
-    value = request.headers.get("x-specroute-pool")
+    value = header(request, b"x-specroute-pool")
     if value is None:
         return None
     if not allowed:

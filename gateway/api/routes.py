@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
 from gateway.api.errors import APIError, ending_with_error, error_response, from_upstream, sse_error_event
-from gateway.api.request import check_key, forced_pool, has_key, parse_body, read_body
+from gateway.api.request import check_key, forced_pool, has_key, header, parse_body, read_body
 from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.observability import render
@@ -98,7 +98,7 @@ class Exchange:
 async def _handle(request: Request, api: Api) -> Response:
     """One request's path, top to bottom: validate → classify and decide → forward (measure) → observe."""
     gw = _gateway(request)
-    ex = Exchange(gw, api, perf_counter(), request.headers.get("x-request-id") or os.urandom(8).hex())
+    ex = Exchange(gw, api, perf_counter(), header(request, b"x-request-id") or os.urandom(8).hex())
     try:
         raw, payload = await _validate(request, ex)
         ex.payload = payload
@@ -182,9 +182,11 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
         "x-request-id": ex.request_id,
     }
     auth = gw.settings.auth
-    if auth.forward_client_authorization and not auth.api_keys and "authorization" in request.headers:
-        # an upstream key configured for the endpoint replaces it (see upstream.credentials)
-        headers["authorization"] = request.headers["authorization"]
+    if auth.forward_client_authorization and not auth.api_keys:
+        authorization = header(request, b"authorization")
+        if authorization is not None:
+            # an upstream key configured for the endpoint replaces it (see upstream.credentials)
+            headers["authorization"] = authorization
     speculative = ex.decision.pool == "speculative"
     if payload.get("stream") is True:
         if speculative:
