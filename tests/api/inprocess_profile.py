@@ -10,6 +10,11 @@ upstream client's, without the server's parsing of the client's request.
     python -m tests.api.inprocess_profile ... --profile cumtime         # cProfile (inflates small calls)
     python -m tests.api.inprocess_profile ... --stream                  # streamed completions instead
     python -m tests.api.inprocess_profile ... --seed 1                  # the same decisions every run
+    python -m tests.api.inprocess_profile ... --calm                    # health checks, scrapes at start only
+
+``--calm`` leaves out the work that comes with time rather than requests (health checks every 0.5 s,
+upstream scrapes): under a tool that slows the process down (``valgrind --tool=callgrind``), a run
+then does the same work per request however long it takes, and instruction counts compare.
 
 ``--without`` replaces a part with a constant (the classifier's prediction, the acceptance model's
 features, the observation after the response, or its metrics); the difference to a run with everything is
@@ -66,7 +71,12 @@ def _without(part: str) -> None:
 
 
 async def _drive(args: argparse.Namespace) -> None:
-    extra = {"routing": {"seed": args.seed}} if args.seed is not None else None
+    extra: dict[str, Any] = {"routing": {}}
+    if args.seed is not None:
+        extra["routing"]["seed"] = args.seed
+    if args.calm:
+        extra["routing"]["scrape_interval_s"] = 3600.0
+        extra["health"] = {"interval_s": 3600.0}
     config = demo_config([args.upstream], [args.upstream], 8000, model=args.model, extra=extra)
     app = create_app(load_settings(overrides=config))
     asgi = fast_path(app)
@@ -145,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=2_000)
     parser.add_argument("--stream", action="store_true", help="streamed completions (the stub's chunks)")
     parser.add_argument("--seed", type=int, help="seed exploration: the same decisions in every run")
+    parser.add_argument("--calm", action="store_true", help="health checks and scrapes at start only")
     parser.add_argument("--without", action="append", default=[], help="a part to take out (repeatable)")
     parser.add_argument("--profile", choices=("cumtime", "tottime"), help="print a cProfile, sorted so")
     args = parser.parse_args(argv)
