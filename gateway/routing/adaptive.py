@@ -136,7 +136,7 @@ class AdaptivePolicy:
         t0 = perf_counter()
         pred = self.classifier.predict(request.body)
         if self.metrics is not None:
-            self.metrics.classifier_latency.observe(perf_counter() - t0)
+            self.metrics.child(self.metrics.classifier_latency).observe(perf_counter() - t0)
         label, p, kind = pred.label, pred.p_structured, pred.kind
         if request.forced_pool is not None:
             return self._count(Decision(request.forced_pool, label, "forced", p, kind))
