@@ -50,7 +50,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.config import PoolName, RoutingConfig, Strategy
 from gateway.observability import Metrics
@@ -70,8 +70,10 @@ RESIDENCE_RATE = 0.05  # weight of one request in a pool's running mean residenc
 DEFAULT_TOKENS = 256.0  # output tokens expected before any request has finished
 
 
-@dataclass(frozen=True, slots=True)
-class PoolLoad:
+class PoolLoad(NamedTuple):
+    """A pool's load as a decision sees it (a named tuple: two are made per decision, at a third of
+    the cost of a frozen dataclass)."""
+
     batch: float  # requests running on the least loaded endpoint once this one joins
     queued: bool
     available: bool
