@@ -8,7 +8,6 @@ the field at fault, and one observed record per request.
 
 from __future__ import annotations
 
-import os
 from time import perf_counter
 from typing import Any
 
@@ -21,10 +20,6 @@ from gateway.routing.policy import Decision
 from gateway.types import Route
 from gateway.upstream.forward import Sent
 from gateway.upstream.stream import StreamMeter
-
-
-def request_id(request: Request) -> str:
-    return header(request, b"x-request-id") or os.urandom(8).hex()
 
 
 async def read_checked(request: Request, gw: Gateway) -> bytes:

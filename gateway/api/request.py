@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import os
 from typing import Any
 
 import orjson
@@ -31,6 +32,39 @@ def header(request: Request, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")  # type: ignore[no-any-return]
     return None
+
+
+class _RequestIds:
+    """Random request ids, 16 hex digits as ``os.urandom(8).hex()`` gives, 512 from each system call.
+
+    A forked process starts with none drawn, so two workers never hand out the same ids.
+    """
+
+    __slots__ = ("_at", "_drawn")
+
+    def __init__(self) -> None:
+        self._drawn = b""
+        self._at = 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._drawn = b""
+        self._at = 0
+
+    def next(self) -> str:
+        at = self._at
+        if at >= len(self._drawn):
+            self._drawn, at = os.urandom(4096), 0
+        self._at = at + 8
+        return self._drawn[at : at + 8].hex()
+
+
+new_request_id = _RequestIds().next
+
+
+def request_id(request: Request) -> str:
+    """The client's ``x-request-id``, else a new random one."""
+    return header(request, b"x-request-id") or new_request_id()
 
 
 def check_key(request: Request, keys: list[str], what: str = "API key") -> None:

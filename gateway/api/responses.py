@@ -22,7 +22,6 @@ from gateway.api.edge import (
     now,
     observe,
     read_checked,
-    request_id,
     upstream_headers,
 )
 from gateway.api.errors import (
@@ -31,7 +30,7 @@ from gateway.api.errors import (
     error_response,
     responses_error_event,
 )
-from gateway.api.request import forced_pool, json_object
+from gateway.api.request import forced_pool, json_object, request_id
 from gateway.api.routes import Relay, decision_headers, unless_disconnected
 from gateway.routing.policy import Decision, RouteRequest
 from gateway.upstream.events import EventMeter

@@ -20,7 +20,15 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
 from gateway.api.errors import APIError, ending_with_error, error_response, from_upstream, sse_error_event
-from gateway.api.request import check_key, forced_pool, has_key, header, parse_body, read_body
+from gateway.api.request import (
+    check_key,
+    forced_pool,
+    has_key,
+    header,
+    parse_body,
+    read_body,
+    request_id,
+)
 from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.observability import render
@@ -98,7 +106,7 @@ class Exchange:
 async def _handle(request: Request, api: Api) -> Response:
     """One request's path, top to bottom: validate → classify and decide → forward (measure) → observe."""
     gw = _gateway(request)
-    ex = Exchange(gw, api, perf_counter(), header(request, b"x-request-id") or os.urandom(8).hex())
+    ex = Exchange(gw, api, perf_counter(), request_id(request))
     try:
         raw, payload = await _validate(request, ex)
         ex.payload = payload

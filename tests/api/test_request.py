@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 from starlette.requests import Request
 
-from gateway.api.request import header
+from gateway.api.request import header, new_request_id, request_id
 
 RAW = [
     (b"host", b"gw:8000"),
@@ -26,3 +28,26 @@ def test_the_first_of_repeated_headers_counts_and_an_absent_one_is_none() -> Non
     request = Request({"type": "http", "headers": list(RAW)})
     assert header(request, b"x-request-id") == "caf\xe9-1"
     assert header(request, b"x-specroute-pool") is None
+
+
+def test_new_request_ids_are_random_hex_and_never_repeat() -> None:
+    ids = [new_request_id() for _ in range(3000)]  # several draws from the system
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 16 and int(i, 16) >= 0 and i == i.lower() for i in ids)
+
+
+def test_a_forked_worker_draws_its_own_request_ids() -> None:
+    new_request_id()  # the parent has ids drawn and waiting
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=lambda: child.send(new_request_id()))
+    proc.start()
+    theirs = parent.recv()
+    proc.join(10)
+    assert theirs != new_request_id()
+
+
+def test_a_client_request_id_is_kept() -> None:
+    request = Request({"type": "http", "headers": list(RAW)})
+    assert request_id(request) == "caf\xe9-1"
+    assert len(request_id(Request({"type": "http", "headers": []}))) == 16
