@@ -26,7 +26,6 @@ from gateway.api.edge import (
 )
 from gateway.api.errors import (
     APIError,
-    ending_with_error,
     error_response,
     responses_error_event,
 )
@@ -157,6 +156,7 @@ async def responses(request: Request) -> Response:
             decision=chosen, payload=view, meter=meter,
         )  # fmt: skip
 
-    chunks = ending_with_error(gw.upstreams.relay(sent, meter, done), responses_error_event)
+    chunks = gw.upstreams.relay(sent, meter, done)
     media_type = sent.response.headers.get("content-type", "text/event-stream")
-    return Relay(chunks, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type)
+    headers = decision_headers(decision, sent.pool, rid)
+    return Relay(chunks, status, headers=headers, media_type=media_type, ending=responses_error_event)

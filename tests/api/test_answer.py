@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from starlette.responses import Response, StreamingResponse
 
+from gateway.api.errors import sse_error_event
 from gateway.api.routes import Answer, Exchange, Relay, decision_headers
+from gateway.errors import UpstreamBroken
 from gateway.routing.policy import Decision
 
 DECISIONS = [
@@ -74,3 +76,27 @@ async def test_the_bookkeeping_runs_once_the_body_is_out() -> None:
     answer = Answer(b"{}", 200, [], "application/json", lambda: ran.append(len(sent)))
     await answer({"type": "http"}, receive, send)
     assert sent == ["http.response.start", "http.response.body"] and ran == [2]
+
+
+async def _breaking() -> AsyncIterator[bytes]:
+    yield b"data: 1\n\n"
+    raise UpstreamBroken("upstream connection broke; the response is incomplete")
+
+
+async def test_a_broken_relay_ends_with_its_error_event_then_the_streams_end() -> None:
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append((message.get("body"), message.get("more_body")))
+
+    relay = Relay.encoded(_breaking(), 200, [], "text/event-stream", sse_error_event)
+    await relay.stream_response(send)
+    assert sent == [
+        (None, None),  # the head
+        (b"data: 1\n\n", True),
+        (sse_error_event(502, "upstream connection broke; the response is incomplete"), True),
+        (b"", False),
+    ]
+    bare = Relay(_breaking(), 200, media_type="text/event-stream")
+    with pytest.raises(UpstreamBroken):
+        await bare.stream_response(send)
