@@ -323,7 +323,8 @@ class AdaptivePolicy:
         if outcome.ttft_s is not None and tokens and tokens > 1:
             tpot = (outcome.e2e_s - outcome.ttft_s) / (tokens - 1)
             self._learn_residence(outcome.pool, outcome.e2e_s - outcome.ttft_s, tokens)
-        batch = self._lifetime_batch(outcome)
+        # the batch is read only with a TPOT to learn from (non-streamed answers have none)
+        batch = self._lifetime_batch(outcome) if tpot is not None else None
         if outcome.pool != "speculative":
             if tpot is not None and batch is not None:
                 self.model.observe_baseline(tpot, batch)
