@@ -23,13 +23,14 @@ class Deadlines:
     outnumber the unfinished ones (a long wait in front holds back the ones behind it).
     """
 
-    __slots__ = ("_handle", "_live", "_loop", "_waits", "seconds")
+    __slots__ = ("_armed", "_handle", "_live", "_loop", "_waits", "seconds")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._waits: deque[Wait] = deque()
         self._live = 0
         self._handle: asyncio.TimerHandle | None = None
+        self._armed = 0.0  # the time the timer is set for
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def wait(self) -> Wait:
@@ -53,8 +54,12 @@ class Deadlines:
         self._waits.append(wait)
         self._live += 1
         if self._handle is None:
-            assert self._loop is not None
-            self._handle = self._loop.call_at(wait.deadline, self._expire)
+            self._arm(wait.deadline)
+
+    def _arm(self, when: float) -> None:
+        assert self._loop is not None
+        self._armed = when
+        self._handle = self._loop.call_at(when, self._expire)
 
     def _end(self) -> None:
         self._live -= 1
@@ -67,13 +72,15 @@ class Deadlines:
     def _expire(self) -> None:
         self._handle = None
         assert self._loop is not None
-        now = self._loop.time()
+        # uvloop runs a timer up to half a millisecond before its time (it counts whole milliseconds);
+        # what the timer was set for is due then, as asyncio.timeout's own timer would have it
+        due = max(self._loop.time(), self._armed)
         waits = self._waits
         while waits:
             wait = waits[0]
             if not wait.done:
-                if wait.deadline > now:
-                    self._handle = self._loop.call_at(wait.deadline, self._expire)
+                if wait.deadline > due:
+                    self._arm(wait.deadline)
                     return
                 wait.expired = True
                 wait.task.cancel()

@@ -128,3 +128,19 @@ def test_a_new_event_loop_starts_afresh() -> None:
     assert asyncio.run(late()) == "timeout"
     assert uvloop.run(late()) == "timeout"
     assert asyncio.run(_outcome(_under(deadlines), asyncio.sleep(0))) == "done"
+
+
+async def test_a_timer_that_runs_early_still_ends_the_wait_it_was_set_for() -> None:
+    deadlines = Deadlines(30)  # far off: the test runs the timer itself, as if it were due
+    limited = _under(deadlines)
+    first = asyncio.create_task(_outcome(limited, asyncio.sleep(10)))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(_outcome(limited, asyncio.sleep(10)))
+    await asyncio.sleep(0)
+    assert deadlines._handle is not None
+    deadlines._handle.cancel()
+    deadlines._expire()  # "now" is 30 s before the first deadline: the event loop ran it early
+    assert await first == "timeout"
+    assert not second.done() and deadlines._handle is not None  # armed again, for the second wait
+    second.cancel()
+    deadlines.close()
