@@ -26,10 +26,11 @@ import os
 import platform
 import re
 import sys
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from importlib.metadata import PackageNotFoundError, version
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, overload
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -84,14 +85,54 @@ def build_labels() -> dict[str, str]:
     }
 
 
-_Series = TypeVar("_Series", Counter, Histogram)
+class CounterChild(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class HistogramChild(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class _CounterChild:
+    """A counter's series: ``Counter.inc`` as prometheus_client does it for a child, minus its checks
+    that never fail for one (that it is a child, that no exemplar is given)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, series: Counter) -> None:
+        self._value = series._value  # the value object Counter.inc adds to (shared memory with workers)
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self._value.inc(amount)
+
+
+class _HistogramChild:
+    """A histogram's series: ``Histogram.observe`` as prometheus_client does it, its bucket found by
+    bisection over the upper bounds instead of a Python loop (the first bound at or above the amount;
+    none for NaN, as there)."""
+
+    __slots__ = ("_bounds", "_buckets", "_sum")
+
+    def __init__(self, series: Histogram) -> None:
+        self._sum = series._sum
+        self._buckets = series._buckets
+        self._bounds = series._upper_bounds
+
+    def observe(self, amount: float) -> None:
+        self._sum.inc(amount)
+        bounds = self._bounds
+        i = bisect_left(bounds, amount)
+        if i < len(bounds) and amount <= bounds[i]:
+            self._buckets[i].inc(1)
 
 
 class Metrics:
     """Every collector the gateway exports, registered in one registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
-        self._children: dict[tuple[int, tuple[str, ...]], Counter | Histogram] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # ``registry`` is what a scrape renders. In multiprocess mode the collectors write to the shared
         # directory instead, and the registry holds the collector that merges every worker's files.
         self.registry = registry or CollectorRegistry()
@@ -314,10 +355,16 @@ class Metrics:
             registry=r,
         )
 
-    def child(self, metric: _Series, *labels: str) -> _Series:
-        """``metric.labels(*labels)``, looked up once per label set.
+    @overload
+    def child(self, metric: Counter, *labels: str) -> CounterChild: ...
+    @overload
+    def child(self, metric: Histogram, *labels: str) -> HistogramChild: ...
+    def child(self, metric: Counter | Histogram, *labels: str) -> CounterChild | HistogramChild:
+        """``metric.labels(*labels)`` (the metric itself when it has no labels), looked up once per label
+        set, with an ``inc`` or ``observe`` that does only what counting needs.
 
-        prometheus_client takes a lock and validates and joins the labels on every ``labels()`` call;
+        prometheus_client takes a lock and validates and joins the labels on every ``labels()`` call,
+        and checks on every ``inc`` and ``observe`` what a child never fails (that it is one);
         the requests' counters and histograms are touched several times per request with a few label
         sets that repeat (bounded: pools, classes, statuses, reasons). Counters and histograms only:
         their series are never removed, unlike the endpoint gauges (:meth:`forget`).
@@ -325,8 +372,10 @@ class Metrics:
         key = (id(metric), labels)
         found = self._children.get(key)
         if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found  # type: ignore[return-value]
+            series = metric.labels(*labels) if labels else metric
+            found = _CounterChild(series) if isinstance(series, Counter) else _HistogramChild(series)
+            self._children[key] = found
+        return found
 
     def forget(self, endpoint: Endpoint) -> None:
         """Drop the gauges of an endpoint that discovery removed, so its last values do not linger.

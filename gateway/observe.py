@@ -78,35 +78,57 @@ class RequestRecord:
         (a streamed request), ``uncertain`` or ``interval`` (a non-streamed one streamed upstream and
         assembled, see :mod:`gateway.routing.measurement`), ``passed`` (sent as it came, unmeasured).
         """
+        # written out rather than through helpers: this runs once per request, on the event loop
         d, m, f = self.decision, self.measured, self.feedback
+        decided: str | None
+        kind: str | None
+        reason: str | None
+        cls: str
+        if d is not None:
+            decided, cls, kind, reason, explore = d.pool, d.prompt_class, d.kind, d.reason, d.explore
+            p_structured: float | None = round(d.p_structured, 4)
+            alpha_hat = None if d.alpha is None else round(d.alpha, 4)
+            predicted = None if d.predicted_speedup is None else round(d.predicted_speedup, 3)
+            alpha_sd = None if d.alpha_sd is None else round(d.alpha_sd, 4)
+        else:
+            decided = kind = reason = p_structured = alpha_hat = predicted = alpha_sd = None
+            cls, explore = "none", False
+        if m is not None:
+            acceptance: float | None = round(m.rate, 4)
+            alpha: float | None = round(m.alpha, 4)
+            steps: float | None = m.steps
+            source: str | None = m.source
+        else:
+            acceptance = alpha = steps = source = None
+        ttft, tpot, resumed_on = self.ttft_s, self.tpot_s, self.resumed_on
         line: dict[str, object] = {
             "ts": round(self.ts, 3),
             "request_id": self.request_id,
             "route": self.route,
             "status": self.status,
-            "pool": self.pool,
-            "decided_pool": d.pool if d else None,
+            "pool": self.served_pool or (decided or "none"),
+            "decided_pool": decided,
             "endpoint": self.endpoint,
-            "class": self.prompt_class,
-            "kind": d.kind if d else None,
-            "reason": d.reason if d else None,
-            "explore": d.explore if d else False,
-            "p_structured": _round(d.p_structured if d else None),
-            "alpha_hat": _round(d.alpha if d else None),
-            "predicted_speedup": _round(d.predicted_speedup if d else None, 3),
-            "alpha_sd": _round(d.alpha_sd if d else None),
-            "acceptance": _round(m.rate if m else None),
-            "alpha": _round(m.alpha if m else None),
-            "measured_speedup": _round(f.speedup if f else None, 3),
-            "spec_steps": m.steps if m else None,
-            "acceptance_source": m.source if m else None,
+            "class": cls,
+            "kind": kind,
+            "reason": reason,
+            "explore": explore,
+            "p_structured": p_structured,
+            "alpha_hat": alpha_hat,
+            "predicted_speedup": predicted,
+            "alpha_sd": alpha_sd,
+            "acceptance": acceptance,
+            "alpha": alpha,
+            "measured_speedup": None if f is None or f.speedup is None else round(f.speedup, 3),
+            "spec_steps": steps,
+            "acceptance_source": source,
             "measurement": self.measurement,
-            "ttft_ms": _ms(self.ttft_s),
-            "tpot_ms": _ms(self.tpot_s, 3),
-            "e2e_ms": _ms(self.e2e_s),
+            "ttft_ms": None if ttft is None else round(ttft * 1000, 2),
+            "tpot_ms": None if tpot is None else round(tpot * 1000, 3),
+            "e2e_ms": round(self.e2e_s * 1000, 2),
             "completion_tokens": self.completion_tokens,
-            "resumed": len(self.resumed_on) if self.resumed_on else 0,
-            "resumed_on": self.resumed_on or None,
+            "resumed": len(resumed_on) if resumed_on else 0,
+            "resumed_on": resumed_on or None,
         }
         if self.prompt is not None:
             line["prompt"] = self.prompt
@@ -271,14 +293,6 @@ def _prompt(payload: Mapping[str, Any] | None) -> object | None:
     if payload is None:
         return None
     return payload.get("messages") if "messages" in payload else payload.get("prompt")
-
-
-def _ms(seconds: float | None, digits: int = 2) -> float | None:
-    return round(seconds * 1000, digits) if seconds is not None else None
-
-
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return round(value, digits) if value is not None else None
 
 
 ACCESS_FIELDS: tuple[str, ...] = tuple(

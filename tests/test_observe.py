@@ -223,3 +223,77 @@ def test_tokens_are_counted_from_a_whole_body_and_not_for_errors() -> None:
         sent=_sent(), content=broken,
     )  # fmt: skip
     assert (rec.prompt_tokens, rec.completion_tokens) == (None, None)
+
+
+def test_every_field_of_a_log_line_rounded_as_documented() -> None:
+    decision = Decision(
+        "speculative",
+        "structured",
+        "explore",
+        0.123456,
+        "code",
+        predicted_speedup=1.23456,
+        explore=True,
+        alpha=0.456789,
+        alpha_sd=0.345678,
+    )
+    full = RequestRecord(
+        ts=1700000000.123456,
+        request_id="r1",
+        route="completions",
+        status=200,
+        decision=decision,
+        served_pool="baseline",
+        endpoint="base-0",
+        ttft_s=0.0123456,
+        tpot_s=0.00123456,
+        e2e_s=0.0456789,
+        completion_tokens=16,
+        measured=Measured(6, 3, 3, "server"),
+        resumed_on=["spec-1", "spec-2"],
+        measurement="interval",
+        feedback=Feedback(0.7, 0.45, 1.98765),
+    )
+    assert full.log_line() == {
+        "ts": 1700000000.123,
+        "request_id": "r1",
+        "route": "completions",
+        "status": 200,
+        "pool": "baseline",
+        "decided_pool": "speculative",
+        "endpoint": "base-0",
+        "class": "structured",
+        "kind": "code",
+        "reason": "explore",
+        "explore": True,
+        "p_structured": 0.1235,
+        "alpha_hat": 0.4568,
+        "predicted_speedup": 1.235,
+        "alpha_sd": 0.3457,
+        "acceptance": 0.6667,
+        "alpha": round(Measured(6, 3, 3, "server").alpha, 4),
+        "measured_speedup": 1.988,
+        "spec_steps": 3,
+        "acceptance_source": "server",
+        "measurement": "interval",
+        "ttft_ms": 12.35,
+        "tpot_ms": 1.235,
+        "e2e_ms": 45.68,
+        "completion_tokens": 16,
+        "resumed": 2,
+        "resumed_on": ["spec-1", "spec-2"],
+    }
+    unknowns = Decision("baseline", "open-ended", "forced", 0.5, "qa")
+    line = RequestRecord(ts=1.0, request_id="r2", route="chat", status=200, decision=unknowns).log_line()
+    assert (line["pool"], line["decided_pool"], line["endpoint"]) == ("baseline", "baseline", None)
+    for key in ("alpha_hat", "predicted_speedup", "alpha_sd", "acceptance", "alpha", "measured_speedup"):
+        assert line[key] is None, key
+    refused = RequestRecord(ts=1.0, request_id="r3", route="chat", status=401).log_line()
+    assert (refused["pool"], refused["class"], refused["explore"], refused["resumed"]) == (
+        "none",
+        "none",
+        False,
+        0,
+    )
+    assert all(refused[key] is None for key in ("decided_pool", "kind", "reason", "p_structured", "ttft_ms"))
+    assert refused["e2e_ms"] == 0.0 and refused["resumed_on"] is None

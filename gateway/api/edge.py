@@ -8,23 +8,18 @@ the field at fault, and one observed record per request.
 
 from __future__ import annotations
 
-import os
 from time import perf_counter
 from typing import Any
 
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
-from gateway.api.request import check_key, read_body
+from gateway.api.request import check_key, header, read_body
 from gateway.api.state import Gateway
 from gateway.routing.policy import Decision
 from gateway.types import Route
 from gateway.upstream.forward import Sent
 from gateway.upstream.stream import StreamMeter
-
-
-def request_id(request: Request) -> str:
-    return request.headers.get("x-request-id") or os.urandom(8).hex()
 
 
 async def read_checked(request: Request, gw: Gateway) -> bytes:
@@ -51,8 +46,10 @@ def upstream_headers(request: Request, gw: Gateway, rid: str, content_type: str 
     if content_type:
         headers["content-type"] = content_type
     auth = gw.settings.auth
-    if auth.forward_client_authorization and not auth.api_keys and "authorization" in request.headers:
-        headers["authorization"] = request.headers["authorization"]
+    if auth.forward_client_authorization and not auth.api_keys:
+        authorization = header(request, b"authorization")
+        if authorization is not None:
+            headers["authorization"] = authorization
     return headers
 
 

@@ -7,7 +7,6 @@ input, auth) and for upstream failures it could not hide (:func:`from_upstream`,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
 
 import orjson
@@ -77,18 +76,6 @@ def responses_error_event(status: int, message: str) -> bytes:
     """The same inside a Responses stream: an ``error`` event whose ``code`` is the HTTP status."""
     data = {"type": "error", "code": str(status), "message": message, "param": None}
     return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
-
-
-async def ending_with_error(
-    chunks: AsyncIterator[bytes], event: Callable[[int, str], bytes]
-) -> AsyncIterator[bytes]:
-    """Relay ``chunks``; a break the gateway could not hide ends them with ``event(status, message)``."""
-    try:
-        async for chunk in chunks:
-            yield chunk
-    except UpstreamError as e:
-        error = from_upstream(e)
-        yield event(error.status, error.message)
 
 
 def from_upstream(error: UpstreamError) -> APIError:

@@ -25,11 +25,10 @@ from gateway.api.edge import (
     now,
     observe,
     read_checked,
-    request_id,
     upstream_headers,
 )
 from gateway.api.errors import APIError, error_response
-from gateway.api.request import json_object
+from gateway.api.request import json_object, request_id
 from gateway.api.routes import Relay, unless_disconnected
 from gateway.types import Route
 from gateway.upstream.forward import Sent

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import os
 from typing import Any
 
 import orjson
@@ -21,11 +22,56 @@ from gateway.types import CLIENT_SCOPE_KEY, POOL_NAMES, Api, ClientState, PoolNa
 REQUIRED: dict[Api, str] = {"completions": "prompt", "chat": "messages"}
 
 
+def header(request: Request, name: bytes) -> str | None:
+    """The request header ``name`` (lower case), as ``request.headers.get`` reads it: the first value.
+
+    Read straight from the ASGI scope: Starlette's ``Headers`` is built once per request and raises
+    and catches a ``KeyError`` for each header that is absent, as most looked up here are.
+    """
+    for key, value in request.scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")  # type: ignore[no-any-return]
+    return None
+
+
+class _RequestIds:
+    """Random request ids, 16 hex digits as ``os.urandom(8).hex()`` gives, 512 from each system call.
+
+    A forked process starts with none drawn, so two workers never hand out the same ids.
+    """
+
+    __slots__ = ("_at", "_drawn")
+
+    def __init__(self) -> None:
+        self._drawn = b""
+        self._at = 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._drawn = b""
+        self._at = 0
+
+    def next(self) -> str:
+        at = self._at
+        if at >= len(self._drawn):
+            self._drawn, at = os.urandom(4096), 0
+        self._at = at + 8
+        return self._drawn[at : at + 8].hex()
+
+
+new_request_id = _RequestIds().next
+
+
+def request_id(request: Request) -> str:
+    """The client's ``x-request-id``, else a new random one."""
+    return header(request, b"x-request-id") or new_request_id()
+
+
 def check_key(request: Request, keys: list[str], what: str = "API key") -> None:
     """Raise a 401 unless the request's bearer token is one of ``keys`` (none: no check)."""
     if not keys:
         return
-    auth = request.headers.get("authorization", "")
+    auth = header(request, b"authorization") or ""
     scheme, _, token = auth.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise APIError(401, f"missing {what}: send 'Authorization: Bearer <key>'", headers=_CHALLENGE)
@@ -71,7 +117,7 @@ async def read_body(request: Request, limit: int, timeout_s: float | None = None
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length")
+    length = header(request, b"content-length")
     if length is not None:
         try:
             declared = int(length)
@@ -117,7 +163,7 @@ def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
 
 
 def forced_pool(request: Request, allowed: bool) -> PoolName | None:
-    value = request.headers.get("x-specroute-pool")
+    value = header(request, b"x-specroute-pool")
     if value is None:
         return None
     if not allowed:

@@ -22,16 +22,14 @@ from gateway.api.edge import (
     now,
     observe,
     read_checked,
-    request_id,
     upstream_headers,
 )
 from gateway.api.errors import (
     APIError,
-    ending_with_error,
     error_response,
     responses_error_event,
 )
-from gateway.api.request import forced_pool, json_object
+from gateway.api.request import forced_pool, json_object, request_id
 from gateway.api.routes import Relay, decision_headers, unless_disconnected
 from gateway.routing.policy import Decision, RouteRequest
 from gateway.upstream.events import EventMeter
@@ -158,6 +156,7 @@ async def responses(request: Request) -> Response:
             decision=chosen, payload=view, meter=meter,
         )  # fmt: skip
 
-    chunks = ending_with_error(gw.upstreams.relay(sent, meter, done), responses_error_event)
+    chunks = gw.upstreams.relay(sent, meter, done)
     media_type = sent.response.headers.get("content-type", "text/event-stream")
-    return Relay(chunks, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type)
+    headers = decision_headers(decision, sent.pool, rid)
+    return Relay(chunks, status, headers=headers, media_type=media_type, ending=responses_error_event)

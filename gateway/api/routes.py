@@ -8,20 +8,27 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, TypeVar
 
 import orjson
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
-from gateway.api.errors import APIError, ending_with_error, error_response, from_upstream, sse_error_event
-from gateway.api.request import check_key, forced_pool, has_key, parse_body, read_body
+from gateway.api.errors import APIError, error_response, from_upstream, sse_error_event
+from gateway.api.request import (
+    check_key,
+    forced_pool,
+    has_key,
+    header,
+    parse_body,
+    read_body,
+    request_id,
+)
 from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.observability import render
@@ -52,17 +59,24 @@ async def chat_completions(request: Request) -> Response:
 
 def _decision_headers(decision: Decision, pool: str | None, request_id: str) -> dict[str, str]:
     """The decision's headers; ``x-specroute-pool`` only when a pool's answer is what the client gets."""
+    return {k.decode(): v.decode("latin-1") for k, v in _encoded_decision_headers(decision, pool, request_id)}
+
+
+def _encoded_decision_headers(
+    decision: Decision, pool: str | None, request_id: str
+) -> list[tuple[bytes, bytes]]:
+    """:func:`_decision_headers` as the raw pairs of an ASGI response head, in the same order."""
     reason = decision.reason if pool in (None, decision.pool) else f"{decision.reason},failover"
-    headers = {
-        "x-specroute-class": decision.prompt_class,
-        "x-specroute-reason": reason,
-        "x-request-id": request_id,
-    }
+    raw = [
+        (b"x-specroute-class", decision.prompt_class.encode("latin-1")),
+        (b"x-specroute-reason", reason.encode("latin-1")),
+        (b"x-request-id", request_id.encode("latin-1")),
+    ]
     if pool is not None:
-        headers["x-specroute-pool"] = pool
+        raw.append((b"x-specroute-pool", pool.encode("latin-1")))
     if decision.predicted_speedup is not None:
-        headers["x-specroute-predicted-speedup"] = f"{decision.predicted_speedup:.2f}"
-    return headers
+        raw.append((b"x-specroute-predicted-speedup", b"%.2f" % decision.predicted_speedup))
+    return raw
 
 
 @dataclass(slots=True)
@@ -82,11 +96,17 @@ class Exchange:
             return {"x-request-id": self.request_id}
         return _decision_headers(self.decision, pool, self.request_id)
 
+    def encoded_headers(self, pool: str | None) -> list[tuple[bytes, bytes]]:
+        """:meth:`headers` as the raw pairs of a response head (for :class:`Answer` and :class:`Relay`)."""
+        if self.decision is None:
+            return [(b"x-request-id", self.request_id.encode("latin-1"))]
+        return _encoded_decision_headers(self.decision, pool, self.request_id)
+
 
 async def _handle(request: Request, api: Api) -> Response:
     """One request's path, top to bottom: validate → classify and decide → forward (measure) → observe."""
     gw = _gateway(request)
-    ex = Exchange(gw, api, perf_counter(), request.headers.get("x-request-id") or os.urandom(8).hex())
+    ex = Exchange(gw, api, perf_counter(), request_id(request))
     try:
         raw, payload = await _validate(request, ex)
         ex.payload = payload
@@ -131,9 +151,9 @@ async def _handle(request: Request, api: Api) -> Response:
     def done(s: Sent, failed: int | None) -> None:
         _finish(ex, s, failed or status, meter, resumption=out.resume)
 
-    chunks = ending_with_error(gw.upstreams.relay(sent, meter, done, out.resume), sse_error_event)
+    chunks = gw.upstreams.relay(sent, meter, done, out.resume)
     media_type = sent.response.headers.get("content-type", "application/json")
-    return Relay(chunks, status, headers=ex.headers(sent.pool), media_type=media_type)
+    return Relay.encoded(chunks, status, ex.encoded_headers(sent.pool), media_type, sse_error_event)
 
 
 async def _validate(request: Request, ex: Exchange) -> tuple[bytes, dict[str, Any]]:
@@ -170,9 +190,11 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
         "x-request-id": ex.request_id,
     }
     auth = gw.settings.auth
-    if auth.forward_client_authorization and not auth.api_keys and "authorization" in request.headers:
-        # an upstream key configured for the endpoint replaces it (see upstream.credentials)
-        headers["authorization"] = request.headers["authorization"]
+    if auth.forward_client_authorization and not auth.api_keys:
+        authorization = header(request, b"authorization")
+        if authorization is not None:
+            # an upstream key configured for the endpoint replaces it (see upstream.credentials)
+            headers["authorization"] = authorization
     speculative = ex.decision.pool == "speculative"
     if payload.get("stream") is True:
         if speculative:
@@ -211,12 +233,12 @@ async def _passed_through(request: Request, ex: Exchange, sent: Sent) -> Respons
 def _complete(ex: Exchange, sent: Sent, content: bytes) -> Response:
     """A whole upstream body, passed on as it is."""
     status = sent.response.status
-    return Response(
+    return Answer(
         content,
         status,
-        headers=ex.headers(sent.pool),
-        media_type=sent.response.headers.get("content-type", "application/json"),
-        background=_later(ex, sent, status, content=content),
+        ex.encoded_headers(sent.pool),
+        sent.response.headers.get("content-type", "application/json"),
+        lambda: _finish(ex, sent, status, content=content),
     )
 
 
@@ -265,12 +287,12 @@ async def _assembled(
                 orjson.dumps({"error": meter.error}), status, headers=headers, media_type="application/json"
             )
         return error_response(status, "upstream stream ended without a complete response", None, headers)
-    return Response(
+    return Answer(
         orjson.dumps(body),
         status,
-        headers=headers,
-        media_type="application/json",
-        background=_later(ex, sent, status, meter),
+        ex.encoded_headers(sent.pool),
+        "application/json",
+        lambda: _finish(ex, sent, status, meter),
     )
 
 
@@ -294,11 +316,106 @@ class Relay(StreamingResponse):
     Starlette's own runs the stream in a second task beside a disconnect listener in an anyio task
     group: ~40 µs more per request than one watcher, and one more turn of the loop before the first
     byte. This runs the stream in the request's task, watched like every other upstream wait.
+
+    ``ending`` ends a stream that broke in a way the gateway could not hide: after the whole events
+    already sent, the client gets ``ending(status, message)`` (an error event in the stream's own
+    format) and the stream's end. Without it such a stream stops where it broke. Chunks are bytes.
     """
+
+    body_iterator: AsyncIterator[bytes]
+    ending: Callable[[int, str], bytes] | None = None
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        status: int,
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+        ending: Callable[[int, str], bytes] | None = None,
+    ) -> None:
+        super().__init__(chunks, status, headers=headers, media_type=media_type)
+        self.ending = ending
+
+    @classmethod
+    def encoded(
+        cls,
+        chunks: AsyncIterator[bytes],
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        media_type: str,
+        ending: Callable[[int, str], bytes] | None = None,
+    ) -> Relay:
+        """A relay whose head starts as ``headers``, already encoded: what Starlette's constructor
+        would make of the same headers as a dict, without encoding and checking them per request."""
+        relay = cls.__new__(cls)
+        relay.body_iterator = chunks
+        relay.status_code = status
+        relay.media_type = media_type
+        relay.background = None
+        relay.raw_headers = _head(headers, status, None, media_type)
+        relay.ending = ending
+        return relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         with contextlib.suppress(APIError):  # 499: the relay saw the cancellation and closed upstream
             await _unless_disconnected(Request(scope, receive), self.stream_response(send))
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except UpstreamError as e:
+            if self.ending is None:
+                raise
+            error = from_upstream(e)
+            event = self.ending(error.status, error.message)
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class Answer(Response):
+    """A whole body with its head already encoded, then the request's bookkeeping (``after``).
+
+    The head is what Starlette's ``Response`` makes of the same headers as a dict (the same pairs in
+    the same order, ``content-length`` and ``content-type`` last), built without its per-response
+    encoding and checks. ``after`` runs in the request's own task right after the last byte is
+    written, before the event loop serves anything else, so a client that reads its response and
+    then scrapes ``/metrics`` sees it; the client does not wait for it.
+    """
+
+    def __init__(
+        self,
+        content: bytes,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        media_type: str,
+        after: Callable[[], None],
+    ) -> None:
+        self.status_code = status
+        self.media_type = media_type
+        self.background = None
+        self.body = content
+        self.raw_headers = _head(headers, status, len(content), media_type)
+        self._after = after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body})
+        self._after()
+
+
+def _head(
+    headers: list[tuple[bytes, bytes]], status: int, length: int | None, media_type: str
+) -> list[tuple[bytes, bytes]]:
+    """``headers`` with ``content-length`` (a whole body's) and ``content-type`` added as Starlette
+    adds them: no length on a status that has no body, a charset on a text type that names none."""
+    if length is not None and not (status < 200 or status in (204, 304)):
+        headers.append((b"content-length", b"%d" % length))
+    if media_type.startswith("text/") and "charset=" not in media_type.lower():
+        media_type += "; charset=utf-8"
+    headers.append((b"content-type", media_type.encode("latin-1")))
+    return headers
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
@@ -347,21 +464,6 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
-
-
-def _later(
-    ex: Exchange, sent: Sent, status: int, meter: StreamMeter | None = None, content: bytes | None = None
-) -> BackgroundTask:
-    """:func:`_finish` once the response has gone out: the client does not wait for the bookkeeping.
-
-    It runs in the request's own task right after the last byte is written, before the event loop
-    serves anything else, so a client that reads its response and then scrapes ``/metrics`` sees it.
-    """
-
-    async def observe() -> None:
-        _finish(ex, sent, status, meter, content)
-
-    return BackgroundTask(observe)
 
 
 def _finish(

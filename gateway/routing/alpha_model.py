@@ -157,8 +157,9 @@ class AlphaModel:
             if now - stamp[s] > horizon:
                 self._refresh(s, now)
             m += xi * mean[s]
-            v += xi * xi * var[s]
-            x2 += xi * xi
+            sq = xi * xi
+            v += sq * var[s]
+            x2 += sq
         return AlphaPrediction(sigmoid(m), m, v, offset, x2 * PRIOR_VAR)
 
     def observe(

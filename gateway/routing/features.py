@@ -97,19 +97,13 @@ def extract(body: Mapping[str, Any], kind: str, p_structured: float) -> Features
     """The request's features; never raises on a malformed body (it has been validated, but loosely)."""
     text, total = _instruction(body)
     window = text[:WINDOW_CHARS].lower()
-    # no constant feature: a weight every request shares would carry what one kind of prompt teaches
-    # to all others (the prior is the common offset; pool-wide shifts have their own, below)
-    names: list[str] = ["kind=" + kind]
-    values: list[float] = [1.0]
-    names.append("p_structured")
-    values.append(p_structured - 0.5)
     temperature = _number(body.get("temperature"))
     t = 1.0 if temperature is None else min(2.0, max(0.0, temperature))  # vLLM's default is 1
-    names.append("temperature")
-    values.append(t)
+    # no constant feature: a weight every request shares would carry what one kind of prompt teaches
+    # to all others (the prior is the common offset; pool-wide shifts have their own, below).
     # log context length, centred on ~200 characters: one unit per factor of e^2 (about 7)
-    names.append("log_length")
-    values.append((math.log1p(total) - 5.3) / 2.0)
+    names = ["kind=" + kind, "p_structured", "temperature", "log_length"]
+    values = [1.0, p_structured - 0.5, t, (math.log1p(total) - 5.3) / 2.0]
     rf = body.get("response_format")
     if isinstance(rf, Mapping) and isinstance(rf.get("type"), str):
         names.append("response_format=" + rf["type"][:32])
@@ -127,10 +121,11 @@ def extract(body: Mapping[str, Any], kind: str, p_structured: float) -> Features
             grams = [window[i : i + 2] for i in range(min(CJK_CHARS, len(window) - 1))]
         else:
             words = _WORD.findall(window)[:WINDOW_WORDS]
-            grams = words + [a + " " + b for a, b in pairwise(words)]
+            grams = words + list(map(" ".join, pairwise(words)))
         if grams:
-            v = 1.0 / math.sqrt(len(grams))
-            for g in grams:
-                names.append("w=" + g)
-                values.append(v)
-    return Features(tuple(slot(n) for n in names), tuple(values), tuple(names), kind)
+            names += ["w=" + g for g in grams]
+            values += [1.0 / math.sqrt(len(grams))] * len(grams)
+    slots = tuple(map(_FIXED.get, names))  # the known names' slots in one pass, then the others'
+    if None in slots:
+        slots = tuple([slot(n) if s is None else s for s, n in zip(slots, names, strict=True)])
+    return Features(slots, tuple(values), tuple(names), kind)  # type: ignore[arg-type]

@@ -46,6 +46,7 @@ from gateway.observability import Metrics
 from gateway.types import OTHER_POOL, PoolName
 from gateway.upstream.backoff import retry_delay
 from gateway.upstream.credentials import UpstreamKeys
+from gateway.upstream.deadline import Deadlines
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.silence import Silence
@@ -174,6 +175,8 @@ class Upstreams:
         self.wire = WirePool(connect_s=t.connect_s)
         self._targets: dict[str, _Target | None] = {}
         self._inflight: dict[Endpoint, Gauge] = {}
+        # per time limit (timeouts.first_byte_s, timeouts.total_s: the values callers pass)
+        self._first_byte: dict[float, Deadlines] = {}
         self.jitter: Callable[[], float] = random.random  # draws the pause before a retry
 
     def _busy(self, endpoint: Endpoint, delta: int) -> None:
@@ -243,6 +246,9 @@ class Upstreams:
         no endpoint took it: refused connections and busy answers (503, 429).
         """
         first_byte_s = first_byte_s or self.settings.timeouts.first_byte_s
+        deadlines = self._first_byte.get(first_byte_s)
+        if deadlines is None:
+            deadlines = self._first_byte[first_byte_s] = Deadlines(first_byte_s)
         tried = [] if tried is None else tried
         limit = self.settings.retries.attempts if attempts is None else attempts
         while len(tried) < limit:
@@ -262,7 +268,7 @@ class Upstreams:
             sent_at = time.monotonic()
             response: Response | None = None
             try:
-                async with asyncio.timeout(first_byte_s):
+                with deadlines.wait():
                     response = await self._post(endpoint, path, body, headers, method)
                     chunks = response.chunks()
                     if response.status >= 500 or response.status == 429:
@@ -409,8 +415,11 @@ class Upstreams:
         return _AiohttpResponse(response)
 
     def close(self) -> None:
-        """Close the lean client's connections (aiohttp's pool closes with the session)."""
+        """Close the lean client's connections (aiohttp's pool closes with the session) and stop the
+        first-byte timers."""
         self.wire.close()
+        for deadlines in self._first_byte.values():
+            deadlines.close()
 
     async def relay(
         self,

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -223,9 +223,11 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-@dataclass(frozen=True, slots=True)
-class EndpointLoad:
-    """What an endpoint's scrapes say of its load: what routing reads (see :meth:`Scraper.load`)."""
+class EndpointLoad(NamedTuple):
+    """What an endpoint's scrapes say of its load: what routing reads (see :meth:`Scraper.load`).
+
+    A named tuple: routing reads one per endpoint per decision.
+    """
 
     in_engine: float | None  # running + waiting at the last scrape, None when that is too old
     queued: bool  # requests waited at two scrapes in a row

@@ -220,7 +220,10 @@ _CHUNK_KEYS = frozenset(("id", "object", "created", "model", "choices", "usage")
 
 
 def _finished(choices: Any) -> bool:
-    return any(isinstance(c, dict) and c.get("finish_reason") is not None for c in choices)
+    for c in choices:  # noqa: SIM110 - a loop, not any() over a generator: this runs for every chunk
+        if isinstance(c, dict) and c.get("finish_reason") is not None:
+            return True
+    return False
 
 
 def has_output(choices: Any) -> bool:

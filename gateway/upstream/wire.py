@@ -220,14 +220,26 @@ class WireResponse:
 
     # -- read by the forwarder
     def chunks(self) -> AsyncIterator[bytes]:
-        """The body's pieces as they arrive (``aiohttp``'s ``content.iter_any()``)."""
+        """The body as it arrives (``aiohttp``'s ``content.iter_any()``): after its first piece, all
+        that has arrived in one piece.
+
+        Chunks an upstream wrote together (a stream's events that piled up while the gateway was busy)
+        are read, metered and passed on once, not once each; the first goes on by itself, so that a
+        stream's first event never waits for the metering of those that came with it.
+        """
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[bytes]:
         pieces = self._pieces
+        first = True
         while True:
             if pieces:
-                piece = pieces.popleft()
+                if first or len(pieces) == 1:
+                    piece = pieces.popleft()
+                    first = False
+                else:
+                    piece = b"".join(pieces)
+                    pieces.clear()
                 self.buffered -= len(piece)
                 if self.buffered < PAUSE_BYTES // 4:
                     self._conn.resume()

@@ -8,6 +8,13 @@ upstream client's, without the server's parsing of the client's request.
     python -m tests.api.inprocess_profile --upstream http://127.0.0.1:18000 --model stub-model >/dev/null
     python -m tests.api.inprocess_profile ... --without classifier     # what one part costs: take it out
     python -m tests.api.inprocess_profile ... --profile cumtime         # cProfile (inflates small calls)
+    python -m tests.api.inprocess_profile ... --stream                  # streamed completions instead
+    python -m tests.api.inprocess_profile ... --seed 1                  # the same decisions every run
+    python -m tests.api.inprocess_profile ... --calm                    # health checks, scrapes at start only
+
+``--calm`` leaves out the work that comes with time rather than requests (health checks every 0.5 s,
+upstream scrapes): under a tool that slows the process down (``valgrind --tool=callgrind``), a run
+then does the same work per request however long it takes, and instruction counts compare.
 
 ``--without`` replaces a part with a constant (the classifier's prediction, the acceptance model's
 features, the observation after the response, or its metrics); the difference to a run with everything is
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import pstats
 import sys
 import time
@@ -63,10 +71,19 @@ def _without(part: str) -> None:
 
 
 async def _drive(args: argparse.Namespace) -> None:
-    config = demo_config([args.upstream], [args.upstream], 8000, model=args.model)
+    extra: dict[str, Any] = {"routing": {}}
+    if args.seed is not None:
+        extra["routing"]["seed"] = args.seed
+    if args.calm:
+        extra["routing"]["scrape_interval_s"] = 3600.0
+        extra["health"] = {"interval_s": 3600.0}
+    config = demo_config([args.upstream], [args.upstream], 8000, model=args.model, extra=extra)
     app = create_app(load_settings(overrides=config))
     asgi = fast_path(app)
-    body = orjson.dumps({"model": args.model, "prompt": args.prompt, "max_tokens": 16})
+    request: dict[str, Any] = {"model": args.model, "prompt": args.prompt, "max_tokens": 16}
+    if args.stream:
+        request["stream"] = True
+    body = orjson.dumps(request)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
 
     async def one() -> None:
@@ -108,17 +125,20 @@ async def _drive(args: argparse.Namespace) -> None:
         for _ in range(args.warmup):
             await one()
         profiler = cProfile.Profile() if args.profile else None
-        started = time.process_time()
+        started, times = time.process_time(), os.times()
         if profiler is not None:
             profiler.enable()
         for _ in range(args.requests):
             await one()
         if profiler is not None:
             profiler.disable()
-        spent = time.process_time() - started
+        spent, after = time.process_time() - started, os.times()
     # the access log has stdout: the figures go to stderr
+    user, system = ((after[i] - times[i]) / args.requests * 1e6 for i in (0, 1))
     print(
-        f"{spent / args.requests * 1e6:.1f} µs of CPU per request ({args.requests} requests)", file=sys.stderr
+        f"{spent / args.requests * 1e6:.1f} µs of CPU per request ({args.requests} requests;"
+        f" user {user:.0f}, system {system:.0f})",
+        file=sys.stderr,
     )
     if profiler is not None:
         pstats.Stats(profiler, stream=sys.stderr).sort_stats(args.profile).print_stats(40)
@@ -133,6 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt", default="Write one sentence about benchmarking proxies.")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--warmup", type=int, default=2_000)
+    parser.add_argument("--stream", action="store_true", help="streamed completions (the stub's chunks)")
+    parser.add_argument("--seed", type=int, help="seed exploration: the same decisions in every run")
+    parser.add_argument("--calm", action="store_true", help="health checks and scrapes at start only")
     parser.add_argument("--without", action="append", default=[], help="a part to take out (repeatable)")
     parser.add_argument("--profile", choices=("cumtime", "tottime"), help="print a cProfile, sorted so")
     args = parser.parse_args(argv)

@@ -138,3 +138,35 @@ def test_a_cached_child_counts_in_the_same_series_as_labels() -> None:
     assert metrics.child(metrics.ttft, "baseline", "open-ended") is not metrics.child(
         metrics.e2e, "baseline", "open-ended"
     )
+
+
+def test_a_cached_child_counts_exactly_as_prometheus_client_does() -> None:
+    ours, theirs = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
+    amounts = [0.0, 0.004, 0.005, 0.0051, 0.3, 1, 299.9, 300, 300.1, math.inf, -0.5, math.nan]
+    for amount in amounts:
+        ours.child(ours.e2e, "baseline", "open-ended").observe(amount)
+        theirs.e2e.labels("baseline", "open-ended").observe(amount)
+        ours.child(ours.classifier_latency).observe(amount / 1000)
+        theirs.classifier_latency.observe(amount / 1000)
+    for tokens in (1, 16, 0, 2.5):
+        ours.child(ours.completion_tokens, "baseline", "open-ended").inc(tokens)
+        theirs.completion_tokens.labels("baseline", "open-ended").inc(tokens)
+    ours.child(ours.requests, "chat", "baseline", "open-ended", "200").inc()
+    theirs.requests.labels("chat", "baseline", "open-ended", "200").inc()
+    with pytest.raises(ValueError, match="non-negative"):
+        ours.child(ours.prompt_tokens, "baseline", "open-ended").inc(-1)
+    with pytest.raises(ValueError, match="non-negative"):
+        theirs.prompt_tokens.labels("baseline", "open-ended").inc(-1)
+
+    def samples(m: Metrics) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return sorted(
+            (s.name, tuple(sorted(s.labels.items())), s.value)
+            for c in (m.e2e, m.classifier_latency, m.completion_tokens, m.requests, m.prompt_tokens)
+            for metric in c.collect()
+            for s in metric.samples
+            if not math.isnan(s.value)
+        )
+
+    assert samples(ours) == samples(theirs)
+    nan_sums = [s for m in (ours, theirs) for metric in m.e2e.collect() for s in metric.samples]
+    assert sum(math.isnan(s.value) for s in nan_sums) == 2  # each _sum took the NaN alike

@@ -290,3 +290,32 @@ def test_the_host_header_names_an_ipv6_endpoint_in_brackets():
     assert b"\r\nhost: [::1]:8000\r\n" in head
     head = _request_head("GET", "vllm-0.vllm", 8000, "/v1/models", {}, b"", "specroute")
     assert b"\r\nhost: vllm-0.vllm:8000\r\n" in head
+
+
+async def test_chunks_that_arrived_together_after_the_first_are_read_as_one_piece(serve):
+    more = asyncio.Event()
+
+    async def bursty(reader, writer):
+        await server.read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            + b"".join(b"%x\r\ndata: %d\n\n\r\n" % (len(b"data: %d\n\n" % i), i) for i in range(5))
+        )
+        await writer.drain()
+        await more.wait()
+        writer.write(b"9\r\ndata: 5\n\n\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    server = await serve(bursty)
+    pool = WirePool(connect_s=1.0)
+    r = await pool.request("GET", "127.0.0.1", server.port, "/s", {}, b"")
+    assert len(r._pieces) == 5  # parsed from the head's own write, before any is read
+    chunks = r.chunks()
+    assert await anext(chunks) == b"data: 0\n\n"  # the first by itself, the others together
+    assert await anext(chunks) == b"".join(b"data: %d\n\n" % i for i in range(1, 5))
+    assert r.buffered == 0
+    more.set()
+    assert [piece async for piece in chunks] == [b"data: 5\n\n"]
+    r.release()
+    pool.close()

@@ -1,0 +1,102 @@
+"""The completion routes build their response heads themselves: the same bytes as Starlette's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from starlette.responses import Response, StreamingResponse
+
+from gateway.api.errors import sse_error_event
+from gateway.api.routes import Answer, Exchange, Relay, decision_headers
+from gateway.errors import UpstreamBroken
+from gateway.routing.policy import Decision
+
+DECISIONS = [
+    Decision("speculative", "structured", "predicted-gain", 0.91, "code", predicted_speedup=1.8349),
+    Decision("baseline", "open-ended", "no-gain", 0.12, "qa", predicted_speedup=0.615),
+    Decision("baseline", "open-ended", "forced", 0.12, "qa"),
+]
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    yield b""
+
+
+def _exchange(decision: Decision | None) -> Exchange:
+    return Exchange(gw=None, api="completions", started=0.0, request_id="caf\xe9-42", decision=decision)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("decision", [*DECISIONS, None])
+@pytest.mark.parametrize("pool", ["speculative", "baseline", None])
+@pytest.mark.parametrize("status", [200, 204, 304, 400, 503])
+@pytest.mark.parametrize("media_type", ["application/json", "text/plain", "text/html; Charset=latin-1"])
+def test_a_whole_body_has_starlettes_head(
+    decision: Decision | None, pool: str | None, status: int, media_type: str
+) -> None:
+    ex = _exchange(decision)
+    body = b'{"ok":true}'
+    ours = Answer(body, status, ex.encoded_headers(pool), media_type, lambda: None)
+    theirs = Response(body, status, headers=ex.headers(pool), media_type=media_type)
+    assert ours.raw_headers == theirs.raw_headers
+    assert ours.body == theirs.body and ours.status_code == theirs.status_code
+
+
+@pytest.mark.parametrize("decision", DECISIONS)
+@pytest.mark.parametrize("media_type", ["text/event-stream", "application/json"])
+def test_a_relay_has_starlettes_head(decision: Decision, media_type: str) -> None:
+    ex = _exchange(decision)
+    ours = Relay.encoded(_nothing(), 200, ex.encoded_headers("speculative"), media_type)
+    theirs = StreamingResponse(_nothing(), 200, headers=ex.headers("speculative"), media_type=media_type)
+    assert ours.raw_headers == theirs.raw_headers
+
+
+def test_the_headers_say_a_failover_and_format_the_speedup() -> None:
+    headers = decision_headers(DECISIONS[0], "baseline", "r1")
+    assert headers == {
+        "x-specroute-class": "structured",
+        "x-specroute-reason": "predicted-gain,failover",
+        "x-request-id": "r1",
+        "x-specroute-pool": "baseline",
+        "x-specroute-predicted-speedup": "1.83",
+    }
+
+
+async def test_the_bookkeeping_runs_once_the_body_is_out() -> None:
+    sent: list[Any] = []
+    ran: list[int] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message["type"])
+
+    async def receive() -> Any:
+        raise AssertionError("an answer reads nothing")
+
+    answer = Answer(b"{}", 200, [], "application/json", lambda: ran.append(len(sent)))
+    await answer({"type": "http"}, receive, send)
+    assert sent == ["http.response.start", "http.response.body"] and ran == [2]
+
+
+async def _breaking() -> AsyncIterator[bytes]:
+    yield b"data: 1\n\n"
+    raise UpstreamBroken("upstream connection broke; the response is incomplete")
+
+
+async def test_a_broken_relay_ends_with_its_error_event_then_the_streams_end() -> None:
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append((message.get("body"), message.get("more_body")))
+
+    relay = Relay.encoded(_breaking(), 200, [], "text/event-stream", sse_error_event)
+    await relay.stream_response(send)
+    assert sent == [
+        (None, None),  # the head
+        (b"data: 1\n\n", True),
+        (sse_error_event(502, "upstream connection broke; the response is incomplete"), True),
+        (b"", False),
+    ]
+    bare = Relay(_breaking(), 200, media_type="text/event-stream")
+    with pytest.raises(UpstreamBroken):
+        await bare.stream_response(send)

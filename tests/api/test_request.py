@@ -1,0 +1,53 @@
+"""Request headers read straight from the ASGI scope say what Starlette's ``Headers`` says."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+from starlette.requests import Request
+
+from gateway.api.request import header, new_request_id, request_id
+
+RAW = [
+    (b"host", b"gw:8000"),
+    (b"x-request-id", b"caf\xe9-1"),
+    (b"x-request-id", b"second"),
+    (b"content-length", b"12"),
+    (b"x-empty", b""),
+]
+
+
+@pytest.mark.parametrize("name", ["x-request-id", "content-length", "x-empty", "host", "authorization"])
+def test_a_header_is_read_as_starlette_reads_it(name: str) -> None:
+    request = Request({"type": "http", "headers": list(RAW)})
+    assert header(request, name.encode()) == request.headers.get(name)
+
+
+def test_the_first_of_repeated_headers_counts_and_an_absent_one_is_none() -> None:
+    request = Request({"type": "http", "headers": list(RAW)})
+    assert header(request, b"x-request-id") == "caf\xe9-1"
+    assert header(request, b"x-specroute-pool") is None
+
+
+def test_new_request_ids_are_random_hex_and_never_repeat() -> None:
+    ids = [new_request_id() for _ in range(3000)]  # several draws from the system
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 16 and int(i, 16) >= 0 and i == i.lower() for i in ids)
+
+
+def test_a_forked_worker_draws_its_own_request_ids() -> None:
+    new_request_id()  # the parent has ids drawn and waiting
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=lambda: child.send(new_request_id()))
+    proc.start()
+    theirs = parent.recv()
+    proc.join(10)
+    assert theirs != new_request_id()
+
+
+def test_a_client_request_id_is_kept() -> None:
+    request = Request({"type": "http", "headers": list(RAW)})
+    assert request_id(request) == "caf\xe9-1"
+    assert len(request_id(Request({"type": "http", "headers": []}))) == 16
