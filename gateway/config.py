@@ -321,7 +321,14 @@ class ServerConfig(_Strict):
         default=10.0, gt=0, description="to receive a request's line and headers once it has begun"
     )
     body_timeout_s: float = Field(default=30.0, gt=0, description="to receive a request's whole body")
-    keep_alive_s: float = Field(default=5.0, gt=0, description="an idle keep-alive connection is closed")
+    # Longer than the idle time after which common clients drop a pooled connection themselves (httpx, and
+    # so the OpenAI SDK: 5 s; aiohttp: 15 s). A server that closes first races the client's next request on
+    # that connection, which then fails without an answer (a POST is not resent); nginx's default is 75 s.
+    keep_alive_s: float = Field(
+        default=75.0,
+        gt=0,
+        description="an idle keep-alive connection is closed; keep it above your clients' own idle expiry",
+    )
     max_header_bytes: int = Field(
         default=65536, ge=1024, description="longest request line and headers; beyond it a 431"
     )

@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+import httpx
+import openai
 import orjson
 import uvicorn
 
@@ -191,9 +193,38 @@ def _read_head(sock: socket.socket) -> tuple[bytes, bytes, bytes]:
 def test_limits_default_to_safe_values() -> None:
     settings = load_settings(overrides=demo_config([NOWHERE], [NOWHERE], 8000))
     options = uvicorn_options(settings)
-    assert options["http"] is GuardedHttpProtocol and options["timeout_keep_alive"] == 5.0
+    assert options["http"] is GuardedHttpProtocol and options["timeout_keep_alive"] == 75.0
     assert ConnectionLimits().header_timeout_s == settings.server.header_timeout_s == 10.0
     assert settings.server.max_connections == 2048 and settings.server.body_timeout_s == 30.0
+
+
+def test_the_default_keep_alive_outlives_the_common_clients_own_idle_expiry() -> None:
+    """A client drops its idle pooled connection before the gateway does: else the two race.
+
+    Where the server closes an idle connection at the moment the client sends its next request on it, that
+    request fails with no answer (httpx: ``RemoteProtocolError``/``ReadError``; a POST is not resent). It
+    cannot happen while the client gives up on the connection first.
+    """
+    default = load_settings(overrides=demo_config([NOWHERE], [NOWHERE], 8000)).server.keep_alive_s
+    expiries = {
+        "httpx": httpx.Limits().keepalive_expiry,
+        "openai": openai.DEFAULT_CONNECTION_LIMITS.keepalive_expiry,
+        "aiohttp": 15.0,  # TCPConnector's documented keepalive_timeout
+    }
+    assert all(e is not None and default > e for e in expiries.values()), (default, expiries)
+
+
+def test_a_connection_idle_for_longer_than_httpx_keeps_one_is_still_served() -> None:
+    """With the defaults, a connection idle past httpx's own expiry (5 s) still gets its next answer."""
+    idle_s = (httpx.Limits().keepalive_expiry or 5.0) + 0.5
+    with serving() as port:
+        sock = _connect(port)
+        sock.sendall(HEALTH)
+        assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+        time.sleep(idle_s)  # no timing is asserted: the connection is either still open or closed
+        sock.sendall(HEALTH)
+        assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+        sock.close()
 
 
 class _Recorder(asyncio.Transport):
