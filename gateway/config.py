@@ -322,10 +322,11 @@ class ServerConfig(_Strict):
     )
     body_timeout_s: float = Field(default=30.0, gt=0, description="to receive a request's whole body")
     # Longer than the idle time after which common clients drop a pooled connection themselves (httpx, and
-    # so the OpenAI SDK: 5 s; aiohttp: 15 s). A server that closes first races the client's next request on
-    # that connection, which then fails without an answer (a POST is not resent); nginx's default is 75 s.
+    # so the OpenAI SDK: 5 s; aiohttp: 15 s; Go's net/http, and so Go load tools: 90 s). A server that closes
+    # first races the client's next request on that connection, which then fails without an answer (a POST
+    # is not resent). Idle connections count towards ``max_connections``, which bounds what they can hold.
     keep_alive_s: float = Field(
-        default=75.0,
+        default=120.0,
         gt=0,
         description="an idle keep-alive connection is closed; keep it above your clients' own idle expiry",
     )

@@ -193,7 +193,7 @@ def _read_head(sock: socket.socket) -> tuple[bytes, bytes, bytes]:
 def test_limits_default_to_safe_values() -> None:
     settings = load_settings(overrides=demo_config([NOWHERE], [NOWHERE], 8000))
     options = uvicorn_options(settings)
-    assert options["http"] is GuardedHttpProtocol and options["timeout_keep_alive"] == 75.0
+    assert options["http"] is GuardedHttpProtocol and options["timeout_keep_alive"] == 120.0
     assert ConnectionLimits().header_timeout_s == settings.server.header_timeout_s == 10.0
     assert settings.server.max_connections == 2048 and settings.server.body_timeout_s == 30.0
 
@@ -210,6 +210,7 @@ def test_the_default_keep_alive_outlives_the_common_clients_own_idle_expiry() ->
         "httpx": httpx.Limits().keepalive_expiry,
         "openai": openai.DEFAULT_CONNECTION_LIMITS.keepalive_expiry,
         "aiohttp": 15.0,  # TCPConnector's documented keepalive_timeout
+        "go": 90.0,  # net/http DefaultTransport's IdleConnTimeout (k6, vegeta, hey and Go services)
     }
     assert all(e is not None and default > e for e in expiries.values()), (default, expiries)
 
