@@ -451,10 +451,9 @@ def extract(view: RequestView, namespaces: Collection[str] = NAMESPACES, char_gr
     }
     dense = _dense(text, scanned, tokens, words, cue_grams, view)
     if not char_grams:
+        sparse.update(ch=set(), ct=set(), cb=set(), cx=set())
         chars = {"ch": ch, "ct": ct, "cb": cb if "cb" in namespaces else "", "cx": cx}
-        return Features(
-            sparse={**sparse, "ch": set(), "ct": set(), "cb": set(), "cx": set()}, dense=dense, chars=chars
-        )
+        return Features(sparse=sparse, dense=dense, chars=chars)
     char_head = _chars(ch, _HT_ORDERS)
     sparse["ch"] = char_head
     sparse["ct"] = char_head if ct is ch else _chars(ct, _HT_ORDERS)
