@@ -1,4 +1,5 @@
-/* Character n-gram scoring for the prompt classifier, without a Python object per gram.
+/* Character n-gram scoring for the prompt classifier, without a Python object per gram; and the words of a
+ * window read without the regex engine (``word_grams``, below).
  *
  * ``classifiers.features`` reads a window of text as the set of its character n-grams and the model sums
  * the weights of the grams it knows, divided by the square root of the number of distinct grams. In
@@ -248,17 +249,181 @@ static PyTypeObject GramTableType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- words ----------------------------------------------------------------------------------------
+ *
+ * ``classifiers.features._tokens`` and ``_ngrams`` in one pass without the regex engine: the tokens of a
+ * text are the maximal runs of letters (word characters that are neither decimal digits, ``_`` nor CJK),
+ * the maximal runs of decimal digits and every single character that is neither a word character nor
+ * white space; a token whose characters are all digits becomes ``#``. The character classes are the
+ * ones ``re`` uses for a str pattern (``\w``: ``str.isalnum`` or ``_``; ``\d``: ``str.isdecimal``; ``\s``:
+ * ``str.isspace``), so the list is the regex's (``tests/classifiers/test_grams.py`` holds the two to each
+ * other on every character class). The set holds the tokens and the pairs of neighbours joined by a space.
+ */
+
+enum { SKIP, LETTER, DIGIT, MARK };
+
+static inline int is_cjk(Py_UCS4 c)
+{
+    return (c >= 0x3040 && c <= 0x30ff) || (c >= 0x3400 && c <= 0x4dbf) || (c >= 0x4e00 && c <= 0x9fff) ||
+           (c >= 0xac00 && c <= 0xd7af) || (c >= 0xf900 && c <= 0xfaff);
+}
+
+static inline int char_class(Py_UCS4 c)
+{
+    if (c < 128) {
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+            return LETTER;
+        }
+        if (c >= '0' && c <= '9') {
+            return DIGIT;
+        }
+        /* ``\s`` on ASCII: space, \t \n \v \f \r and the separators \x1c-\x1f; ``_`` is a word character */
+        if (c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f) || c == '_') {
+            return SKIP;
+        }
+        return MARK;
+    }
+    if (Py_UNICODE_ISDECIMAL(c)) {
+        return DIGIT;
+    }
+    if (Py_UNICODE_ISALNUM(c)) {
+        return is_cjk(c) ? SKIP : LETTER;
+    }
+    return Py_UNICODE_ISSPACE(c) ? SKIP : MARK;
+}
+
+static PyObject *hash_token; /* "#" */
+static PyObject *space;      /* " " */
+
+static PyObject *pair(PyObject *a, PyObject *b)
+{
+    Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+    /* the wider of the two kinds: each part is in its canonical (narrowest) form, so the join is too */
+    Py_UCS4 maxchar = PyUnicode_MAX_CHAR_VALUE(a);
+    if (PyUnicode_MAX_CHAR_VALUE(b) > maxchar) {
+        maxchar = PyUnicode_MAX_CHAR_VALUE(b);
+    }
+    PyObject *out = PyUnicode_New(la + 1 + lb, maxchar);
+    if (out == NULL) {
+        return NULL;
+    }
+    if (PyUnicode_CopyCharacters(out, 0, a, 0, la) < 0 || PyUnicode_CopyCharacters(out, la, space, 0, 1) < 0 ||
+        PyUnicode_CopyCharacters(out, la + 1, b, 0, lb) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+PyDoc_STRVAR(word_grams_doc,
+             "word_grams(text) -> (tokens, grams)\n\n"
+             "The tokens of ``text`` (letter runs, ``#`` for digit runs, single marks) and the set of the "
+             "tokens and of each two neighbours joined by a space.");
+
+static PyObject *word_grams(PyObject *module, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "word_grams(text: str)");
+        return NULL;
+    }
+    if (MAKE_READY(text) == -1) {
+        return NULL;
+    }
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    PyObject *tokens = PyList_New(0);
+    PyObject *grams = PySet_New(NULL);
+    PyObject *prev = NULL; /* borrowed from ``tokens`` */
+    if (tokens == NULL || grams == NULL) {
+        goto fail;
+    }
+    Py_ssize_t i = 0;
+    while (i < len) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        int cls = char_class(c);
+        if (cls == SKIP) {
+            i++;
+            continue;
+        }
+        Py_ssize_t start = i++;
+        PyObject *token;
+        if (cls == MARK) {
+            token = PyUnicode_Substring(text, start, i);
+        }
+        else {
+            /* a run of one class; a letter run whose every character is a digit (superscripts) is "#" too,
+               as ``str.isdigit`` says of it */
+            int all_digits = cls == DIGIT || Py_UNICODE_ISDIGIT(c);
+            while (i < len) {
+                Py_UCS4 d = PyUnicode_READ(kind, data, i);
+                if (char_class(d) != cls) {
+                    break;
+                }
+                if (all_digits && cls == LETTER && !Py_UNICODE_ISDIGIT(d)) {
+                    all_digits = 0;
+                }
+                i++;
+            }
+            if (all_digits) {
+                token = Py_NewRef(hash_token);
+            }
+            else {
+                token = PyUnicode_Substring(text, start, i);
+            }
+        }
+        if (token == NULL) {
+            goto fail;
+        }
+        if (PyList_Append(tokens, token) < 0 || PySet_Add(grams, token) < 0) {
+            Py_DECREF(token);
+            goto fail;
+        }
+        Py_DECREF(token);
+        if (prev != NULL) {
+            PyObject *bigram = pair(prev, token);
+            if (bigram == NULL || PySet_Add(grams, bigram) < 0) {
+                Py_XDECREF(bigram);
+                goto fail;
+            }
+            Py_DECREF(bigram);
+        }
+        prev = token; /* alive in ``tokens`` */
+    }
+    PyObject *out = PyTuple_Pack(2, tokens, grams);
+    Py_DECREF(tokens);
+    Py_DECREF(grams);
+    return out;
+fail:
+    Py_XDECREF(tokens);
+    Py_XDECREF(grams);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"word_grams", (PyCFunction)word_grams, METH_O, word_grams_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef grams_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "classifiers._grams",
-    .m_doc = "Character n-gram scoring without a Python object per gram.",
+    .m_doc = "Character n-gram scoring without a Python object per gram, and the word n-grams of a text.",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__grams(void)
 {
     if (PyType_Ready(&GramTableType) < 0) {
         return NULL;
+    }
+    if (hash_token == NULL) {
+        hash_token = PyUnicode_InternFromString("#");
+        space = PyUnicode_InternFromString(" ");
+        if (hash_token == NULL || space == NULL) {
+            return NULL;
+        }
     }
     PyObject *m = PyModule_Create(&grams_module);
     if (m == NULL) {

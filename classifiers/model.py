@@ -2,7 +2,8 @@
 
 Inference is plain Python over dicts and sets (no scikit-learn, no numpy) because a single scikit-learn
 call costs more than the whole per-request budget; the character n-grams, half of that work in Python, are
-counted by a small C extension where it was built (``classifiers/_grams.c``), to the same sums. The artefact
+counted by a small C extension where it was built (``classifiers/_grams.c``), to the same sums, and the words
+of the windows read by it (``features.word_grams``). The artefact
 is gzipped JSON: feature -> weight.
 """
 

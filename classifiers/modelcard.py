@@ -131,9 +131,11 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         "choice) are left out of the objective; their mean held-out `p_structured` is reported below.",
         _calibration(clf),
         "- Inference is plain Python (regexes, `str` methods, set and dict lookups; no scikit-learn or "
-        "numpy), but for the character n-grams: a small C extension (`classifiers/_grams.c`) hashes them "
-        "straight from the window's code points and sums the weights of the distinct ones, to the same sums "
-        "as the Python sets (which stay where the extension is not built, about twice as slow). Artefact: "
+        "numpy), but for the character n-grams and the words: a small C extension (`classifiers/_grams.c`) "
+        "hashes the character n-grams straight from the window's code points and sums the weights of the "
+        "distinct ones, and reads a window's words and word bigrams in one pass with the regex's character "
+        "classes, to the same sums and sets as the Python code (which stays where the extension is not "
+        "built, about twice as slow). Artefact: "
         "gzipped JSON of feature → weight "
         "(`classifiers/model/model.json.gz`), no pickle; retraining on the same corpus gives the same bytes.",
         "- Request fields add fixed log-odds shifts (the prompt corpus cannot teach them): JSON schema / "

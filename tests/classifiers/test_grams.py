@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import classifiers.features as features_module
 import classifiers.model as model_module
 from classifiers.evaluate import load_probes
-from classifiers.features import _HT_ORDERS, CHAR_ORDERS, _chars, extract
+from classifiers.features import _HT_ORDERS, CHAR_ORDERS, _chars, _word_grams_py, extract
 from classifiers.model import Classifier, load_default
 from classifiers.request import view
 
@@ -20,6 +22,7 @@ GramTable = model_module.GRAM_TABLE
 FIXTURE = Path(__file__).parent / "fixtures" / "prompts-train.jsonl"
 
 needs_c = pytest.mark.skipif(GramTable is None, reason="classifiers._grams was not built")
+word_grams = features_module.word_grams
 
 
 def test_the_development_install_builds_the_c_counter() -> None:
@@ -130,3 +133,56 @@ def test_a_table_whose_grams_share_a_hash_leaves_the_sets_in_charge(monkeypatch:
 
 def test_the_head_and_tail_orders_are_the_ones_the_counter_is_given() -> None:
     assert CHAR_ORDERS["ch"] == CHAR_ORDERS["ct"] == _HT_ORDERS
+
+
+def test_the_development_install_reads_words_in_c() -> None:
+    assert GramTable is not None and word_grams is not _word_grams_py
+
+
+# each character class of the tokens, in and outside ASCII: letters, digits (ASCII, Arabic-Indic, full-width),
+# superscripts (digits to str.isdigit, letters to the regex), "_", white space and the \x1c-\x1f separators,
+# marks, a combining accent, CJK and Hangul (word characters left out), the katakana long-vowel mark, a
+# dotted capital whose lower case is two characters, an emoji outside the BMP, a lone surrogate
+_WORD_TEXT = st.text(alphabet="aZ é0 9#_,.-\t\n\x1c\x1f²³٣\uff14中한ー・\u0301İß😀\ud800:=", max_size=200)
+
+
+@needs_c
+@settings(max_examples=500, deadline=None)
+@given(text=_WORD_TEXT)
+def test_the_word_reader_gives_the_regex_tokens_and_grams(text: str) -> None:
+    assert word_grams(text) == _word_grams_py(text)
+
+
+@needs_c
+@pytest.mark.parametrize("between", ["", " ", "a", "1", "²"])
+def test_the_word_reader_classes_every_code_point_as_the_regex_does(between: str) -> None:
+    # every code point once, run together or set apart: a character put in another class than the regex's
+    # changes the runs and so the tokens
+    text = between.join(map(chr, range(0x110000)))
+    tokens, grams = word_grams(text)
+    expected_tokens, expected_grams = _word_grams_py(text)
+    assert tokens == expected_tokens
+    assert grams == expected_grams
+
+
+@needs_c
+def test_features_are_the_same_with_either_word_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    clf = load_default()
+    bodies = _bodies()
+    fast = [extract(view(b), clf.used) for b in bodies]  # type: ignore[arg-type]
+    monkeypatch.setattr(features_module, "word_grams", _word_grams_py)
+    plain = [extract(view(b), clf.used) for b in bodies]  # type: ignore[arg-type]
+    assert [f.sparse for f in fast] == [f.sparse for f in plain]
+    assert [f.dense for f in fast] == [f.dense for f in plain]
+
+
+@needs_c
+def test_the_word_reader_refuses_what_is_not_text() -> None:
+    assert word_grams("") == ([], set())
+    with pytest.raises(TypeError):
+        word_grams(b"abc")  # type: ignore[arg-type]
+
+
+def test_without_the_extension_the_words_are_read_by_the_regexes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "classifiers._grams", None)  # what an install without a compiler has
+    assert features_module._c_word_grams() is _word_grams_py
