@@ -1,5 +1,6 @@
 /* Character n-gram scoring for the prompt classifier, without a Python object per gram; and the words of a
- * window read without the regex engine (``word_grams``, below).
+ * window read without the regex engine (``word_grams``, below), or straight into the same hashes
+ * (``word_hashes``, summed by ``GramTable.sum`` and ``GramTable.bits``).
  *
  * ``classifiers.features`` reads a window of text as the set of its character n-grams and the model sums
  * the weights of the grams it knows, divided by the square root of the number of distinct grams. In
@@ -224,8 +225,53 @@ static Py_ssize_t GramTable_len(GramTable *self)
     return self->size;
 }
 
+/* The weights of the packed grams in the table: summed, or (``bits``) or-ed as whole numbers. */
+static PyObject *packed_lookup(GramTable *self, PyObject *arg, int bits)
+{
+    if (!PyBytes_Check(arg) || PyBytes_GET_SIZE(arg) % 8 != 0) {
+        PyErr_SetString(PyExc_TypeError, "expected the bytes of word_hashes (8 bytes a gram)");
+        return NULL;
+    }
+    const char *data = PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg) / 8;
+    double sum = 0.0;
+    uint64_t mask = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t h;
+        memcpy(&h, data + 8 * i, 8);
+        double w = lookup(self, h);
+        if (bits) {
+            mask |= (uint64_t)w;
+        }
+        else {
+            sum += w;
+        }
+    }
+    return bits ? PyLong_FromUnsignedLongLong(mask) : PyFloat_FromDouble(sum);
+}
+
+PyDoc_STRVAR(sum_doc,
+             "sum(hashes) -> float\n\n"
+             "The summed weights of the grams whose hashes ``word_hashes`` packed (0 for those not in the table).");
+
+static PyObject *GramTable_sum(GramTable *self, PyObject *arg)
+{
+    return packed_lookup(self, arg, 0);
+}
+
+PyDoc_STRVAR(bits_doc,
+             "bits(hashes) -> int\n\n"
+             "The bitwise or of the weights (whole numbers: one bit a lexicon) of the packed grams in the table.");
+
+static PyObject *GramTable_bits(GramTable *self, PyObject *arg)
+{
+    return packed_lookup(self, arg, 1);
+}
+
 static PyMethodDef GramTable_methods[] = {
     {"score", (PyCFunction)(void (*)(void))GramTable_score, METH_FASTCALL, score_doc},
+    {"sum", (PyCFunction)GramTable_sum, METH_O, sum_doc},
+    {"bits", (PyCFunction)GramTable_bits, METH_O, bits_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -292,6 +338,53 @@ static inline int char_class(Py_UCS4 c)
     return Py_UNICODE_ISSPACE(c) ? SKIP : MARK;
 }
 
+typedef struct {
+    Py_ssize_t start;
+    Py_ssize_t len; /* 1 for "#" */
+    int hash;       /* the token is "#" for a run of digits (a literal "#" is a mark: its own text) */
+    int alpha;      /* every character a letter (``str.isalpha``) */
+    int sharp;      /* the token is "#", either way */
+} Token;
+
+/* The token that starts at or after ``*i`` (moved past it); 0 at the end of the text. */
+static int next_token(int kind, const void *data, Py_ssize_t len, Py_ssize_t *i, Token *t)
+{
+    while (*i < len) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, *i);
+        int cls = char_class(c);
+        if (cls == SKIP) {
+            (*i)++;
+            continue;
+        }
+        Py_ssize_t start = (*i)++;
+        int all_digits = 0, alpha = 0;
+        if (cls != MARK) {
+            /* a run of one class; a letter run whose every character is a digit (superscripts) is "#"
+               too, as ``str.isdigit`` says of it */
+            all_digits = cls == DIGIT || Py_UNICODE_ISDIGIT(c);
+            alpha = cls == LETTER && Py_UNICODE_ISALPHA(c);
+            while (*i < len) {
+                Py_UCS4 d = PyUnicode_READ(kind, data, *i);
+                if (char_class(d) != cls) {
+                    break;
+                }
+                if (cls == LETTER) {
+                    all_digits = all_digits && Py_UNICODE_ISDIGIT(d);
+                    alpha = alpha && Py_UNICODE_ISALPHA(d);
+                }
+                (*i)++;
+            }
+        }
+        t->start = start;
+        t->hash = all_digits;
+        t->len = all_digits ? 1 : *i - start;
+        t->alpha = alpha && !all_digits;
+        t->sharp = all_digits || (cls == MARK && c == '#');
+        return 1;
+    }
+    return 0;
+}
+
 static PyObject *hash_token; /* "#" */
 static PyObject *space;      /* " " */
 
@@ -339,39 +432,9 @@ static PyObject *word_grams(PyObject *module, PyObject *text)
         goto fail;
     }
     Py_ssize_t i = 0;
-    while (i < len) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        int cls = char_class(c);
-        if (cls == SKIP) {
-            i++;
-            continue;
-        }
-        Py_ssize_t start = i++;
-        PyObject *token;
-        if (cls == MARK) {
-            token = PyUnicode_Substring(text, start, i);
-        }
-        else {
-            /* a run of one class; a letter run whose every character is a digit (superscripts) is "#" too,
-               as ``str.isdigit`` says of it */
-            int all_digits = cls == DIGIT || Py_UNICODE_ISDIGIT(c);
-            while (i < len) {
-                Py_UCS4 d = PyUnicode_READ(kind, data, i);
-                if (char_class(d) != cls) {
-                    break;
-                }
-                if (all_digits && cls == LETTER && !Py_UNICODE_ISDIGIT(d)) {
-                    all_digits = 0;
-                }
-                i++;
-            }
-            if (all_digits) {
-                token = Py_NewRef(hash_token);
-            }
-            else {
-                token = PyUnicode_Substring(text, start, i);
-            }
-        }
+    Token t;
+    while (next_token(kind, data, len, &i, &t)) {
+        PyObject *token = t.hash ? Py_NewRef(hash_token) : PyUnicode_Substring(text, t.start, t.start + t.len);
         if (token == NULL) {
             goto fail;
         }
@@ -400,8 +463,118 @@ fail:
     return NULL;
 }
 
+/* The same tokens hashed as ``gram_hash`` hashes the string of a gram (its length, then its code points; a
+ * digit run is the string "#"), so that a table of the model's word grams answers for them without a
+ * Python string, set or dict per gram. */
+
+static inline uint64_t fnv_token(uint64_t h, int kind, const void *data, const Token *t)
+{
+    if (t->hash) {
+        return (h ^ (uint64_t)'#') * FNV_PRIME;
+    }
+    for (Py_ssize_t j = 0; j < t->len; j++) {
+        h = (h ^ (uint64_t)PyUnicode_READ(kind, data, t->start + j)) * FNV_PRIME;
+    }
+    return h;
+}
+
+static void add_hash(uint64_t h, uint64_t *seen, size_t mask, uint64_t *out, Py_ssize_t *n)
+{
+    size_t s = (size_t)h & mask;
+    while (seen[s] != 0 && seen[s] != h) {
+        s = (s + 1) & mask;
+    }
+    if (seen[s] == 0) {
+        seen[s] = h;
+        out[(*n)++] = h;
+    }
+}
+
+PyDoc_STRVAR(word_hashes_doc,
+             "word_hashes(text, bigrams) -> (hashes, tokens, marks, first)\n\n"
+             "The distinct word grams of ``text`` (its tokens, and with ``bigrams`` each two neighbours joined "
+             "by a space) as packed 8-byte hashes for ``GramTable.sum`` and ``GramTable.bits``; how many "
+             "tokens there are and how many of them are ``#``; and the first two of the first six tokens "
+             "that are all letters (``str.isalpha``).");
+
+static PyObject *word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "word_hashes(text: str, bigrams: bool)");
+        return NULL;
+    }
+    PyObject *text = args[0];
+    int bigrams = PyObject_IsTrue(args[1]);
+    if (bigrams < 0 || MAKE_READY(text) == -1) {
+        return NULL;
+    }
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Token *tokens = PyMem_Malloc(sizeof(Token) * (size_t)(len + 1));
+    if (tokens == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t ntok = 0, marks = 0, nfirst = 0;
+    Py_ssize_t first_at[2] = {0, 0};
+    Py_ssize_t i = 0;
+    while (next_token(kind, data, len, &i, &tokens[ntok])) {
+        marks += tokens[ntok].sharp;
+        if (tokens[ntok].alpha && nfirst < 2 && ntok < 6) {
+            first_at[nfirst++] = ntok;
+        }
+        ntok++;
+    }
+    Py_ssize_t most = bigrams && ntok > 0 ? 2 * ntok - 1 : ntok;
+    size_t slots = slots_for(most);
+    uint64_t *seen = PyMem_Calloc(slots, sizeof(uint64_t));
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, 8 * most);
+    PyObject *first = PyTuple_New(nfirst);
+    if (seen == NULL || packed == NULL || first == NULL) {
+        PyMem_Free(tokens);
+        PyMem_Free(seen);
+        Py_XDECREF(packed);
+        Py_XDECREF(first);
+        return seen == NULL ? PyErr_NoMemory() : NULL;
+    }
+    uint64_t *out = (uint64_t *)PyBytes_AS_STRING(packed); /* bytes data is 8-byte aligned in CPython */
+    Py_ssize_t n = 0;
+    for (Py_ssize_t k = 0; k < ntok; k++) {
+        const Token *a = &tokens[k];
+        add_hash(finish(fnv_token(FNV_OFFSET ^ (uint64_t)a->len, kind, data, a)), seen, slots - 1, out, &n);
+        if (bigrams && k > 0) {
+            const Token *p = &tokens[k - 1];
+            uint64_t h = FNV_OFFSET ^ (uint64_t)(p->len + 1 + a->len);
+            h = fnv_token(h, kind, data, p);
+            h = (h ^ (uint64_t)' ') * FNV_PRIME;
+            h = fnv_token(h, kind, data, a);
+            add_hash(finish(h), seen, slots - 1, out, &n);
+        }
+    }
+    for (Py_ssize_t f = 0; f < nfirst; f++) {
+        const Token *t = &tokens[first_at[f]];
+        PyObject *word = PyUnicode_Substring(text, t->start, t->start + t->len);
+        if (word == NULL) {
+            PyMem_Free(tokens);
+            PyMem_Free(seen);
+            Py_DECREF(packed);
+            Py_DECREF(first);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(first, f, word);
+    }
+    PyMem_Free(tokens);
+    PyMem_Free(seen);
+    if (n < most && _PyBytes_Resize(&packed, 8 * n) < 0) {
+        Py_DECREF(first);
+        return NULL;
+    }
+    return Py_BuildValue("(NnnN)", packed, ntok, marks, first);
+}
+
 static PyMethodDef module_methods[] = {
     {"word_grams", (PyCFunction)word_grams, METH_O, word_grams_doc},
+    {"word_hashes", (PyCFunction)(void (*)(void))word_hashes, METH_FASTCALL, word_hashes_doc},
     {NULL, NULL, 0, NULL},
 };
 

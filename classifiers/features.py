@@ -13,8 +13,9 @@ import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import add
 
 from classifiers.request import RequestView
@@ -144,6 +145,8 @@ CUES: dict[str, frozenset[str]] = {
 
 _CUE_KEYS = [(f"cue_{name}", lex) for name, lex in CUES.items()]
 _CONTEXT_KEYS = [(f"ctx_{name}", CUES[name]) for name in CONTEXT_CUES]
+_CUE_NAMES = [key for key, _ in _CUE_KEYS]
+_CONTEXT_NAMES = [key for key, _ in _CONTEXT_KEYS]
 
 # Character n-gram windows. Characters carry across languages and scripts where word lists cannot; the
 # instruction of a long prompt sits in its head or tail, so those are read apart from the body (the pasted
@@ -173,12 +176,15 @@ class Features:
     """Sparse parts are namespaced sets of strings; dense cues are floats roughly in [0, 1].
 
     With ``extract(..., char_grams=False)`` the character namespaces' sets stay empty and ``chars`` holds
-    their normalised window texts instead, for a model that counts the grams itself (``classifiers._grams``).
+    their normalised window texts instead, for a model that counts the grams itself (``classifiers._grams``);
+    with ``hashed_words=True`` the word namespaces' sets stay empty where ``words`` holds their grams' hashes.
     """
 
     sparse: dict[str, set[str]]  # namespace -> grams (see NAMESPACES)
     dense: dict[str, float]
     chars: dict[str, str] | None = None  # character namespace -> its window's text, grams not built
+    # word namespace -> its distinct grams as packed hashes (``_grams.word_hashes``), sets not built
+    words: dict[str, bytes] | None = None
 
 
 # wh/wt: word unigrams+bigrams of the head and tail windows; f: first words; x: words of the chat context;
@@ -187,6 +193,8 @@ class Features:
 NAMESPACES = ("wh", "wt", "f", "x", "ch", "ct", "cb", "cx", "wl")
 # the character namespaces and the gram orders each is read with
 CHAR_ORDERS = {"ch": _HT_ORDERS, "ct": _HT_ORDERS, "cb": _BODY_ORDERS, "cx": _CONTEXT_ORDERS}
+# the word namespaces ``extract(..., hashed_words=True)`` hands over as hashes (the first words stay a set)
+HASHED_NAMESPACES = ("wh", "wt", "wl", "x")
 
 
 def window(text: str) -> str:
@@ -301,6 +309,50 @@ def _c_word_grams() -> Callable[[str], tuple[list[str], set[str]]]:
 word_grams = _c_word_grams()
 
 
+class _HashedWords:
+    """The C word reader with the lexicons as tables of bits, where the extension is built.
+
+    ``word_hashes`` gives a window's distinct word grams as packed hashes; a ``GramTable`` of the model's
+    weights sums them (``classifiers/model.py``) and the tables below answer the cue lexicons (one bit
+    each), the code keywords (a count) and the chat context's cues, so a window's words never become Python
+    strings. The results are those of the sets (``tests/classifiers/test_grams.py``).
+    """
+
+    def __init__(self) -> None:
+        from classifiers._grams import GramTable, word_hashes
+
+        self.read = word_hashes
+        self.table = GramTable
+        self.cues = GramTable(_lexicon_bits([lex for _, lex in _CUE_KEYS]))
+        self.context_cues = GramTable(_lexicon_bits([lex for _, lex in _CONTEXT_KEYS]))
+        self.code = GramTable(dict.fromkeys(CODE_KEYWORDS, 1.0))
+
+
+def _lexicon_bits(lexicons: list[frozenset[str]]) -> dict[str, float]:
+    bits: dict[str, int] = {}
+    for i, lex in enumerate(lexicons):
+        for gram in lex:
+            bits[gram] = bits.get(gram, 0) | 1 << i
+    return {g: float(b) for g, b in bits.items()}
+
+
+def _hashed_words() -> _HashedWords | None:
+    """None where the extension is missing or refuses a lexicon (two of its grams share a hash)."""
+    try:
+        return _HashedWords()
+    except (ImportError, ValueError):
+        return None
+
+
+HASHED = _hashed_words()
+
+
+@lru_cache(maxsize=256)
+def _flags(bits: int, n: int) -> tuple[float, ...]:
+    """The cue values of a lexicon bit mask: 1.0 where the bit is set."""
+    return tuple(1.0 if bits >> i & 1 else 0.0 for i in range(n))
+
+
 def _cjk_grams(text: str) -> set[str]:
     grams: set[str] = set()
     budget = CJK_MAX
@@ -322,11 +374,22 @@ _log1p = math.log1p
 
 
 def _dense(
-    text: str, scanned: str, tokens: list[str], words: set[str], cue_grams: set[str], view: RequestView
+    text: str,
+    scanned: str,
+    n_tokens: int,
+    hashes: int,
+    code_kw: int,
+    cues: Sequence[float],
+    context_cues: Sequence[float] | None,
+    view: RequestView,
 ) -> dict[str, float]:
     """The structural cues. Each scan, regex and count runs only where a cheap C-level test says it can find
     something (a regex that needs a ``:`` is not run on a text without one); what a skipped one would have
-    given is the same 0 (tests/classifiers/test_fast_path.py holds it to the plain definition)."""
+    given is the same 0 (tests/classifiers/test_fast_path.py holds it to the plain definition).
+
+    The word-level inputs come counted: ``n_tokens`` tokens of the scanned window, ``hashes`` of them ``#``,
+    ``code_kw`` distinct code keywords among its grams, and one 0/1 value per cue lexicon (``_CUE_KEYS``)
+    and, with a chat context, per context lexicon (``_CONTEXT_KEYS``): from the sets or the hashed reader."""
     n = max(len(scanned), 1)
     multiline = "\n" in scanned
     if multiline:
@@ -341,7 +404,6 @@ def _dense(
         tabular = 1 if line and (line.count(",") >= 2 or line.count("|") >= 2 or line.count("\t") >= 2) else 0
     nl = max(len(lines), 1)
     # digit runs are "#" tokens (so is a literal "#"): without one, no regex that needs a digit can match
-    hashes = tokens.count("#")
     # UTF-8 keeps ASCII symbols as single bytes and writes other characters with bytes >= 0x80: the symbols
     # are the bytes that a C-speed ``bytes.translate`` deletes (one pass instead of a ``count`` per symbol)
     encoded = scanned.encode()
@@ -376,9 +438,9 @@ def _dense(
         if hashes or "-" in scanned or "*" in scanned or "•" in scanned
         else 0.0,
         "tabular": tabular / nl,
-        "digits": min(1.0, 3.0 * hashes / max(len(tokens), 1)) if hashes else 0.0,
+        "digits": min(1.0, 3.0 * hashes / max(n_tokens, 1)) if hashes else 0.0,
         "numseq": numseq,
-        "code_kw": _log1p(len(words & CODE_KEYWORDS)) / 2.5,
+        "code_kw": _log1p(code_kw) / 2.5,
         "question_end": 1.0 if stripped.endswith(("?", "？")) else 0.0,
         "questions": _log1p(questions) / 2.5 if questions else 0.0,
         "speakers": _log1p(len(_SPEAKER.findall(scanned))) / 2.5 if colon else 0.0,
@@ -391,13 +453,9 @@ def _dense(
     }
     if multiline and len(stripped) > CHAR_HEAD + CHAR_TAIL:
         out.update(_layout(stripped))
-    for key, lex in _CUE_KEYS:
-        out[key] = 0.0 if cue_grams.isdisjoint(lex) else 1.0
-    if context:
-        # the head of the chat context holds the system prompt: "answer from these documents" or a persona
-        ctx_grams = word_grams(context[:CONTEXT_HEAD_NS].lower())[1]
-        for key, lex in _CONTEXT_KEYS:
-            out[key] = 0.0 if ctx_grams.isdisjoint(lex) else 1.0
+    out.update(zip(_CUE_NAMES, cues, strict=True))
+    if context_cues is not None:
+        out.update(zip(_CONTEXT_NAMES, context_cues, strict=True))
     return out
 
 
@@ -428,58 +486,96 @@ def _layout(text: str) -> dict[str, float]:
     return out
 
 
-def extract(view: RequestView, namespaces: Collection[str] = NAMESPACES, char_grams: bool = True) -> Features:
+def extract(
+    view: RequestView,
+    namespaces: Collection[str] = NAMESPACES,
+    char_grams: bool = True,
+    hashed_words: bool = False,
+) -> Features:
     """The request's features; the grams of a namespace not in ``namespaces`` are not computed (a model
     without weights for it, such as the body's character grams, would only pay for them).
 
     ``char_grams=False`` leaves the character namespaces' sets empty and hands over their window texts in
     ``Features.chars`` instead (a short text's head and tail window as one object, as its sets are).
+    ``hashed_words=True`` does the same for the word namespaces where the C reader is built: their grams'
+    hashes in ``Features.words`` (a short text's head and tail window as one object); a window that holds
+    CJK characters, whose cues read character pairs too, keeps the sets.
     """
     text = view.text
     scanned = window(text)
-    tokens, words = word_grams(scanned.lower())
-    # a short text is its own head and tail window: reuse its grams instead of tokenising it again
     tail_text = text[-TAIL_NS:]
     head_text = text[:HEAD_NS]
-    tail = words if len(text) <= TAIL_NS else word_grams(tail_text.lower())[1]
-    head = words if len(text) <= HEAD_NS else word_grams(head_text.lower())[1]
-    first_words = [t for t in tokens[:6] if t.isalpha()][:2]
-    first = set(first_words[:1])
+    cjk = not scanned.isascii() and _FROM_KANA.search(scanned) is not None
+    ctx = view.context
+    with_context = bool(ctx) and ("x" in namespaces or "cx" in namespaces)
+    last = last_segment(text)
+    sparse: dict[str, set[str]]
+    words_hashed: dict[str, bytes] | None = None
+    if hashed_words and HASHED is not None and not cjk:
+        read = HASHED.read
+        scanned_h, n_tokens, hashes, first_words = read(scanned.lower(), True)
+        # a short text is its own head and tail window: one object, as the sets are
+        tail_h = scanned_h if len(text) <= TAIL_NS else read(tail_text.lower(), True)[0]
+        head_h = scanned_h if len(text) <= HEAD_NS else read(head_text.lower(), True)[0]
+        bits = HASHED.cues.bits(head_h)
+        if tail_h is not head_h:
+            bits |= HASHED.cues.bits(tail_h)
+        cues = _flags(bits, len(_CUE_KEYS))
+        code_kw = int(HASHED.code.sum(scanned_h))
+        context_cues = None
+        if ctx:
+            ctx_h = read(ctx[:CONTEXT_HEAD_NS].lower(), True)[0]
+            context_cues = _flags(HASHED.context_cues.bits(ctx_h), len(_CONTEXT_KEYS))
+        words_hashed = {
+            "wh": head_h,
+            "wt": tail_h,
+            "wl": read(last.lower(), True)[0] if last else b"",
+            "x": read(ctx[:CONTEXT_WINDOW].lower(), False)[0] if with_context else b"",
+        }
+        sparse = {"wl": set(), "wh": set(), "wt": set(), "f": set(), "x": set()}
+    else:
+        tokens, words = word_grams(scanned.lower())
+        tail = words if len(text) <= TAIL_NS else word_grams(tail_text.lower())[1]
+        head = words if len(text) <= HEAD_NS else word_grams(head_text.lower())[1]
+        first_words = tuple([t for t in tokens[:6] if t.isalpha()][:2])
+        n_tokens, hashes = len(tokens), tokens.count("#")
+        code_kw = len(words & CODE_KEYWORDS)
+        # a new set only where it differs from both windows (``words`` itself is never changed)
+        cue_grams = head if tail is head else tail | head
+        if cjk:
+            cue_grams = cue_grams | _cjk_grams(head_text + "\n" + tail_text)
+        cues = tuple([0.0 if cue_grams.isdisjoint(lex) else 1.0 for _, lex in _CUE_KEYS])
+        context_cues = None
+        if ctx:
+            # the head of the chat context holds the system prompt: "answer from these documents" or a persona
+            ctx_grams = word_grams(ctx[:CONTEXT_HEAD_NS].lower())[1]
+            context_cues = tuple([0.0 if ctx_grams.isdisjoint(lex) else 1.0 for _, lex in _CONTEXT_KEYS])
+        sparse = {
+            "wl": word_grams(last.lower())[1] if last else set(),
+            "wh": head,
+            "wt": tail,
+            "f": set(),
+            "x": set(word_grams(ctx[:CONTEXT_WINDOW].lower())[0]) if with_context else set(),
+        }
+    first = sparse["f"]  # filled in place: the namespaces keep their order
+    first.update(first_words[:1])
     if len(first_words) == 2:
         first.add(" ".join(first_words))
-    # a new set only where it differs from both windows (``words`` itself is never changed)
-    cue_grams = head if tail is head else tail | head
-    if not scanned.isascii() and _FROM_KANA.search(scanned):
-        cue_grams = cue_grams | _cjk_grams(head_text + "\n" + tail_text)
     ch, ct, cb = char_windows(text)
     if len(text) <= CHAR_HEAD:
         ct = ch  # one window: one object, as the twin namespaces' sets are one object
-    ctx = view.context
-    context: set[str] = set()
-    cx = ""
-    if ctx and ("x" in namespaces or "cx" in namespaces):
-        # the system prompt (a persona, or "answer from these documents") sits at the head of the context
-        context = set(word_grams(ctx[:CONTEXT_WINDOW].lower())[0])
-        cx = _norm(ctx[:CHAR_CONTEXT])
-    last = last_segment(text)
-    sparse = {
-        "wl": word_grams(last.lower())[1] if last else set(),
-        "wh": head,
-        "wt": tail,
-        "f": first,
-        "x": context,
-    }
-    dense = _dense(text, scanned, tokens, words, cue_grams, view)
+    cx = _norm(ctx[:CHAR_CONTEXT]) if with_context else ""
+    dense = _dense(text, scanned, n_tokens, hashes, code_kw, cues, context_cues, view)
     if not char_grams:
         sparse.update(ch=set(), ct=set(), cb=set(), cx=set())
         chars = {"ch": ch, "ct": ct, "cb": cb if "cb" in namespaces else "", "cx": cx}
-        return Features(sparse=sparse, dense=dense, chars=chars)
+        return Features(sparse=sparse, dense=dense, chars=chars, words=words_hashed)
     char_head = _chars(ch, _HT_ORDERS)
     sparse["ch"] = char_head
     sparse["ct"] = char_head if ct is ch else _chars(ct, _HT_ORDERS)
     sparse["cb"] = _chars(cb, _BODY_ORDERS) if "cb" in namespaces else set()
     sparse["cx"] = _chars(cx, _CONTEXT_ORDERS)
-    return Features(sparse=sparse, dense=dense)
+    return Features(sparse=sparse, dense=dense, words=words_hashed)
 
 
 def as_dict(f: Features) -> dict[str, float]:

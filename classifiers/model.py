@@ -3,7 +3,7 @@
 Inference is plain Python over dicts and sets (no scikit-learn, no numpy) because a single scikit-learn
 call costs more than the whole per-request budget; the character n-grams, half of that work in Python, are
 counted by a small C extension where it was built (``classifiers/_grams.c``), to the same sums, and the words
-of the windows read by it (``features.word_grams``). The artefact
+of the windows read and looked up by it as hashes (``features.HASHED``). The artefact
 is gzipped JSON: feature -> weight.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from classifiers.calibration import Calibration, logit
-from classifiers.features import CHAR_ORDERS, NAMESPACES, Features, extract
+from classifiers.features import CHAR_ORDERS, HASHED, HASHED_NAMESPACES, NAMESPACES, Features, extract
 from classifiers.kinds import kind_of
 from classifiers.request import RequestView, view
 
@@ -133,6 +133,12 @@ class Classifier:
     _char_plan: list[tuple[str, tuple[int, ...], GramTable, str | None, GramTable | None]] | None = field(
         init=False, repr=False, compare=False
     )
+    # the same per word namespace read as hashes (``features.HASHED``): (namespace, table, twin namespace,
+    # merged twin table); None where the reader is missing or a table is refused, and the words then go
+    # through Python sets
+    _word_plan: list[tuple[str, GramTable, str | None, GramTable | None]] | None = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.used = frozenset(ns for ns, table in self.sparse.items() if table)
@@ -160,6 +166,16 @@ class Classifier:
                 ]
             except ValueError:  # two of the model's grams share a hash
                 self._char_plan = None
+        self._word_plan = None
+        if GRAM_TABLE is not None and HASHED is not None:
+            try:
+                self._word_plan = [
+                    (ns, GRAM_TABLE(table), twin, GRAM_TABLE(merged) if merged else None)
+                    for ns, table, twin, merged in self._plan
+                    if ns in HASHED_NAMESPACES
+                ]
+            except ValueError:
+                self._word_plan = None
 
     def _parts(self, f: Features) -> list[tuple[str, set[str], dict[str, float]]]:
         empty: dict[str, float] = {}
@@ -177,6 +193,8 @@ class Classifier:
         sparse = f.sparse
         if f.chars is not None:
             z += self._char_score(f.chars)
+        if f.words is not None:
+            z += self._word_score(f.words)
         for ns, table, twin, merged in self._plan:
             grams = sparse[ns]
             if not grams:
@@ -213,6 +231,22 @@ class Classifier:
                 z += total / math.sqrt(distinct)
         return z
 
+    def _word_score(self, words: dict[str, bytes]) -> float:
+        """The word namespaces' share of ``score`` from their grams' hashes: the same sum as the sets give
+        (tests/classifiers/test_grams.py), a short text's one window once, through the merged table."""
+        assert self._word_plan is not None, "word hashes without word tables"
+        z = 0.0
+        for ns, table, twin, merged in self._word_plan:
+            hashes = words[ns]
+            if not hashes:
+                continue
+            if twin is not None and words[twin] is hashes:
+                if merged is None:
+                    continue
+                table = merged
+            z += table.sum(hashes) / math.sqrt(len(hashes) >> 3)  # 8 bytes a distinct gram
+        return z
+
     def predict(self, body: Mapping[str, Any]) -> Prediction:
         """Never raises: anything unreadable gives the neutral prediction."""
         try:
@@ -223,7 +257,9 @@ class Classifier:
                 z = _shift(v)
                 kind = "tools" if v.tools else "data-format" if v.constrained else "qa"
                 return self._prediction(z, kind)
-            f = extract(v, self.used, char_grams=self._char_plan is None)
+            f = extract(
+                v, self.used, char_grams=self._char_plan is None, hashed_words=self._word_plan is not None
+            )
             z = self.calibrated(self.score(f)) + _shift(v)
             return self._prediction(z, kind_of(v, f))
         except Exception:

@@ -134,8 +134,10 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         "numpy), but for the character n-grams and the words: a small C extension (`classifiers/_grams.c`) "
         "hashes the character n-grams straight from the window's code points and sums the weights of the "
         "distinct ones, and reads a window's words and word bigrams in one pass with the regex's character "
-        "classes, to the same sums and sets as the Python code (which stays where the extension is not "
-        "built, about twice as slow). Artefact: "
+        "classes, hashed the same way into tables of the word weights, the cue lexicons (one bit each) and "
+        "the code keywords (a window with CJK characters, whose cues read character pairs, keeps Python "
+        "sets); the same sums, cues and counts as the Python code, which stays where the extension is not "
+        "built (about twice as slow). Artefact: "
         "gzipped JSON of feature → weight "
         "(`classifiers/model/model.json.gz`), no pickle; retraining on the same corpus gives the same bytes.",
         "- Request fields add fixed log-odds shifts (the prompt corpus cannot teach them): JSON schema / "

@@ -184,8 +184,15 @@ def _both_dense(text: str, context: str = "") -> tuple[dict[str, float], dict[st
     scanned = F.window(text)
     tokens = F._tokens(scanned.lower())
     words = F._ngrams(tokens)
-    args = (text, scanned, tokens, words, words, v)
-    return F._dense(*args), _plain_dense(*args)
+    # ``_dense`` takes the word-level inputs counted (from the sets, or from the hashed reader)
+    cues = tuple(0.0 if words.isdisjoint(lex) else 1.0 for _, lex in F._CUE_KEYS)
+    context_cues = None
+    if v.context:
+        ctx_grams = F._ngrams(F._tokens(v.context[: F.CONTEXT_HEAD_NS].lower()))
+        context_cues = tuple(0.0 if ctx_grams.isdisjoint(lex) else 1.0 for _, lex in F._CONTEXT_KEYS)
+    counted = (len(tokens), tokens.count("#"), len(words & F.CODE_KEYWORDS), cues, context_cues)
+    fast = F._dense(text, scanned, *counted, v)
+    return fast, _plain_dense(text, scanned, tokens, words, words, v)
 
 
 @pytest.mark.parametrize(

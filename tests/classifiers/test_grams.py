@@ -99,6 +99,9 @@ def test_the_classifier_scores_the_same_either_way() -> None:
         counted = extract(v, clf.used, char_grams=False)
         assert counted.chars is not None and not any(counted.sparse[ns] for ns in CHAR_ORDERS)
         assert clf.score(counted) == pytest.approx(with_sets, abs=1e-9)
+        hashed = extract(v, clf.used, char_grams=False, hashed_words=True)
+        assert clf.score(hashed) == pytest.approx(with_sets, abs=1e-9)
+        assert list(hashed.dense.items()) == list(counted.dense.items())
 
 
 def test_without_the_c_counter_the_classifier_counts_with_sets(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,7 +127,7 @@ def test_a_table_whose_grams_share_a_hash_leaves_the_sets_in_charge(monkeypatch:
     monkeypatch.setattr(model_module, "GRAM_TABLE", refuse)
     shipped = load_default()
     clf = Classifier(bias=shipped.bias, sparse=shipped.sparse, dense=shipped.dense)
-    assert clf._char_plan is None
+    assert clf._char_plan is None and clf._word_plan is None
     body = {"prompt": "Copy the third line of the text below exactly.\n\none\ntwo\nthree"}
     assert clf.predict(body).p_structured == pytest.approx(
         1.0 / (1.0 + math.exp(-clf.score(extract(view(body), clf.used)))), abs=1e-12
@@ -186,3 +189,95 @@ def test_the_word_reader_refuses_what_is_not_text() -> None:
 def test_without_the_extension_the_words_are_read_by_the_regexes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "classifiers._grams", None)  # what an install without a compiler has
     assert features_module._c_word_grams() is _word_grams_py
+
+
+# --- words read as hashes (``word_hashes``, ``GramTable.sum`` and ``.bits``) ---
+
+HASHED = features_module.HASHED
+needs_hashed = pytest.mark.skipif(HASHED is None, reason="classifiers._grams was not built")
+
+
+@needs_hashed
+@settings(max_examples=400, deadline=None)
+@given(text=_WORD_TEXT)
+def test_hashed_words_count_what_the_sets_hold(text: str) -> None:
+    assert HASHED is not None
+    tokens, grams = _word_grams_py(text)
+    packed, n_tokens, marks, first = HASHED.read(text, True)
+    assert (n_tokens, marks) == (len(tokens), tokens.count("#"))
+    assert list(first) == [t for t in tokens[:6] if t.isalpha()][:2]
+    assert len(packed) == 8 * len(grams)  # each distinct gram once
+    # a table of every gram, each weighing its own power of two: the sum names exactly the grams read
+    weights = {g: float(2**i) for i, g in enumerate(sorted(grams)[:40])}
+    if weights:
+        assert HASHED.table(weights).sum(packed) == sum(weights.values())
+        assert HASHED.table(weights).bits(packed) == int(sum(weights.values()))
+    unigrams, *_ = HASHED.read(text, False)
+    assert len(unigrams) == 8 * len(set(tokens))
+
+
+@needs_hashed
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from("ab Q:=-*1²,;|?\n.)_#éwrite a poem json code list"), max_size=700)
+)
+def test_hashed_features_score_as_the_sets_do(text: str) -> None:
+    clf = load_default()
+    for body in (
+        {"prompt": text},
+        {"messages": [{"role": "system", "content": text[:50]}, {"role": "user", "content": text}]},
+    ):
+        v = view(body)
+        hashed = extract(v, clf.used, char_grams=False, hashed_words=True)
+        plain = extract(v, clf.used, char_grams=False)
+        assert hashed.words is not None and plain.words is None
+        assert list(hashed.dense.items()) == list(plain.dense.items())
+        assert hashed.sparse["f"] == plain.sparse["f"]
+        assert clf.score(hashed) == pytest.approx(clf.score(plain), abs=1e-9)
+
+
+@needs_hashed
+def test_the_lexicons_answer_as_the_sets_do() -> None:
+    assert HASHED is not None
+    lexicons = [lex for _, lex in features_module._CUE_KEYS]
+    # every lexicon entry as a text of its own, and all of them in one (CJK words are matched as character
+    # pairs, by the sets: see below)
+    entries = sorted({g for lex in lexicons for g in lex if not features_module._FROM_KANA.search(g)})
+    for text in [*entries, " ".join(entries), "Please write a poem, then give me the json config."]:
+        grams = _word_grams_py(text.lower())[1]
+        expected = sum(1 << i for i, lex in enumerate(lexicons) if not grams.isdisjoint(lex))
+        packed, *_ = HASHED.read(text.lower(), True)
+        assert HASHED.cues.bits(packed) == expected, text
+        assert HASHED.code.sum(packed) == len(grams & features_module.CODE_KEYWORDS), text
+    assert HASHED.code.sum(HASHED.read("def f ( ) : return none", True)[0]) == 3.0
+
+
+@needs_hashed
+def test_text_with_cjk_keeps_the_sets() -> None:
+    # CJK cues read character pairs, which the hashed reader does not: such a window takes the sets
+    f = extract(view({"prompt": "写一首关于秋天的诗 in the style of Li Bai"}), hashed_words=True)
+    assert f.words is None and "li bai" in f.sparse["wh"] and f.dense["cue_creative"] == 1.0
+
+
+def test_without_the_hashed_reader_the_classifier_reads_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model_module, "HASHED", None)
+    shipped = load_default()
+    plain = Classifier(
+        bias=shipped.bias, sparse=shipped.sparse, dense=shipped.dense, calibration=shipped.calibration
+    )
+    assert plain._word_plan is None
+    for body in _bodies()[:100]:
+        assert plain.predict(body).p_structured == pytest.approx(shipped.predict(body).p_structured, abs=1e-9)  # type: ignore[arg-type]
+
+
+@needs_hashed
+def test_packed_hashes_are_checked() -> None:
+    assert HASHED is not None
+    table = HASHED.table({"ab": 1.0})
+    assert table.sum(b"") == 0.0 and table.bits(b"") == 0
+    with pytest.raises(TypeError):
+        table.sum(b"abc")
+    with pytest.raises(TypeError):
+        table.bits("abcdefgh")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        HASHED.read(b"abc", True)  # type: ignore[arg-type]
