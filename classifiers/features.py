@@ -244,9 +244,12 @@ def char_windows(text: str) -> tuple[str, str, str]:
     tail = _norm(text[-CHAR_TAIL:])
     if len(text) <= CHAR_HEAD + CHAR_TAIL:
         return head, tail, ""
-    body = text[CHAR_HEAD:-CHAR_TAIL]
-    if len(body) > 2 * CHAR_BODY:
-        body = body[:CHAR_BODY] + "\n" + body[-CHAR_BODY:]
+    if len(text) - CHAR_HEAD - CHAR_TAIL > 2 * CHAR_BODY:
+        # the two ends of the body, sliced from the text (a copy of the whole body first would cost a
+        # long prompt's length)
+        body = text[CHAR_HEAD : CHAR_HEAD + CHAR_BODY] + "\n" + text[-CHAR_TAIL - CHAR_BODY : -CHAR_TAIL]
+    else:
+        body = text[CHAR_HEAD:-CHAR_TAIL]
     return head, tail, _norm(body)[: 2 * CHAR_BODY]
 
 
@@ -408,7 +411,14 @@ def _dense(
     # are the bytes that a C-speed ``bytes.translate`` deletes (one pass instead of a ``count`` per symbol)
     encoded = scanned.encode()
     symbols = len(encoded) - len(encoded.translate(None, _SYMBOL_BYTES))
-    stripped = text.rstrip()
+    # the text without its trailing white space, read from its tail: ``rstrip`` would copy a long prompt that
+    # ends in a line break
+    tail = text[-64:].rstrip()
+    if tail or len(text) <= 64:
+        stripped, end = tail, len(text) - (min(len(text), 64) - len(tail))
+    else:  # 64 characters of white space or more at the end
+        stripped = text.rstrip()
+        end = len(stripped)
     colon = ":" in scanned or "：" in scanned
     head = scanned[:600]  # the whole window (at most HEAD + TAIL + 1 characters)
     if head.isascii():
@@ -451,8 +461,8 @@ def _dense(
         "context_len": _log1p(len(context)) / 9.0 if context else 0.0,
         "empty": 1.0 if not stripped else 0.0,
     }
-    if multiline and len(stripped) > CHAR_HEAD + CHAR_TAIL:
-        out.update(_layout(stripped))
+    if multiline and end > CHAR_HEAD + CHAR_TAIL:
+        out.update(_layout(text, end))
     out.update(zip(_CUE_NAMES, cues, strict=True))
     if context_cues is not None:
         out.update(zip(_CONTEXT_NAMES, context_cues, strict=True))
@@ -462,14 +472,22 @@ def _dense(
 _QUESTION_ENDS = ("?", "？", "؟", ";", "\u037e", "।")  # Latin, CJK, Arabic, Greek, Devanagari question marks
 
 
-def _layout(text: str) -> dict[str, float]:
+def _layout(text: str, end: int | None = None) -> dict[str, float]:
     """Where the instruction sits around pasted material, in any language: a short first or last line set
-    apart from a long body ("copy lines 2-4 from the text below:", a passage and then its question)."""
-    if len(text) <= CHAR_HEAD + CHAR_TAIL or "\n" not in text:
+    apart from a long body ("copy lines 2-4 from the text below:", a passage and then its question).
+
+    Reads ``text[:end]`` without copying it: only the first and the last line are sliced out (``partition``
+    would copy all the rest of a long prompt, twice).
+    """
+    if end is None:
+        end = len(text)
+    if end <= CHAR_HEAD + CHAR_TAIL:
         return {}
-    first = text.partition("\n")[0]
-    _, _, last = text.rpartition("\n")
-    first, last = first.strip(), last.strip()
+    cut = text.find("\n", 0, end)
+    if cut < 0:
+        return {}
+    first = text[:cut].strip()
+    last = text[text.rfind("\n", 0, end) + 1 : end].strip()
     out = {}
     if 0 < len(last) <= 300:
         out["layout_last_line"] = 1.0

@@ -168,7 +168,7 @@ def _plain_dense(
         "context_len": log(len(view.context), 9.0),
         "empty": 1.0 if not stripped else 0.0,
     }
-    out.update(F._layout(stripped))
+    out.update(_plain_layout(stripped))
     for key, lex in F._CUE_KEYS:
         out[key] = 0.0 if cue_grams.isdisjoint(lex) else 1.0
     if view.context:
@@ -176,6 +176,51 @@ def _plain_dense(
         for key, lex in F._CONTEXT_KEYS:
             out[key] = 0.0 if ctx_grams.isdisjoint(lex) else 1.0
     return out
+
+
+def _plain_layout(text: str) -> dict[str, float]:
+    if len(text) <= F.CHAR_HEAD + F.CHAR_TAIL or "\n" not in text:
+        return {}
+    first, last = text.partition("\n")[0].strip(), text.rpartition("\n")[2].strip()
+    out = {}
+    for name, line in (("last", last), ("first", first)):
+        if 0 < len(line) <= 300:
+            out[f"layout_{name}_line"] = 1.0
+            if line.endswith(F._QUESTION_ENDS):
+                out[f"layout_{name}_question"] = 1.0
+            elif line.endswith((":", "：")):
+                out[f"layout_{name}_colon"] = 1.0
+    return out
+
+
+def _plain_char_windows(text: str) -> tuple[str, str, str]:
+    head, tail = F._norm(text[: F.CHAR_HEAD]), F._norm(text[-F.CHAR_TAIL :])
+    if len(text) <= F.CHAR_HEAD:
+        return head, head, ""
+    if len(text) <= F.CHAR_HEAD + F.CHAR_TAIL:
+        return head, tail, ""
+    body = text[F.CHAR_HEAD : -F.CHAR_TAIL]
+    if len(body) > 2 * F.CHAR_BODY:
+        body = body[: F.CHAR_BODY] + "\n" + body[-F.CHAR_BODY :]
+    return head, tail, F._norm(body)[: 2 * F.CHAR_BODY]
+
+
+# long prompts whose ends are white space, a question, a colon; lines of every length
+_LONG = st.builds(
+    lambda lines, end: "\n".join(lines) + end,
+    st.lists(st.text(alphabet="ab ?:\t", max_size=400), min_size=1, max_size=12),
+    st.sampled_from(["", "\n", " \n\t", " " * 70, "\n" * 80 + "x", "?", "\nWhat is it?  \n"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LONG)
+def test_layout_and_windows_read_without_copies_equal_the_plain_ones(text: str) -> None:
+    assert F._layout(text) == _plain_layout(text)
+    assert F._layout(text, len(text.rstrip())) == _plain_layout(text.rstrip())
+    assert F.char_windows(text) == _plain_char_windows(text)
+    fast, plain = _both_dense(text)
+    assert list(fast.items()) == list(plain.items())
 
 
 def _both_dense(text: str, context: str = "") -> tuple[dict[str, float], dict[str, float]]:
