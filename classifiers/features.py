@@ -325,7 +325,6 @@ class _HashedWords:
         from classifiers._grams import GramTable, word_hashes
 
         self.read = word_hashes
-        self.table = GramTable
         self.cues = GramTable(_lexicon_bits([lex for _, lex in _CUE_KEYS]))
         self.context_cues = GramTable(_lexicon_bits([lex for _, lex in _CONTEXT_KEYS]))
         self.code = GramTable(dict.fromkeys(CODE_KEYWORDS, 1.0))

@@ -210,8 +210,8 @@ def test_hashed_words_count_what_the_sets_hold(text: str) -> None:
     # a table of every gram, each weighing its own power of two: the sum names exactly the grams read
     weights = {g: float(2**i) for i, g in enumerate(sorted(grams)[:40])}
     if weights:
-        assert HASHED.table(weights).sum(packed) == sum(weights.values())
-        assert HASHED.table(weights).bits(packed) == int(sum(weights.values()))
+        assert GramTable(weights).sum(packed) == sum(weights.values())
+        assert GramTable(weights).bits(packed) == int(sum(weights.values()))
     unigrams, *_ = HASHED.read(text, False)
     assert len(unigrams) == 8 * len(set(tokens))
 
@@ -273,7 +273,7 @@ def test_without_the_hashed_reader_the_classifier_reads_sets(monkeypatch: pytest
 @needs_hashed
 def test_packed_hashes_are_checked() -> None:
     assert HASHED is not None
-    table = HASHED.table({"ab": 1.0})
+    table = GramTable({"ab": 1.0})
     assert table.sum(b"") == 0.0 and table.bits(b"") == 0
     with pytest.raises(TypeError):
         table.sum(b"abc")
