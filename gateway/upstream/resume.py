@@ -152,7 +152,10 @@ class Transcript:
                 self.prompt_token_ids = c["prompt_token_ids"]
             ids = c.get("token_ids")
             if isinstance(ids, list):
-                self.token_ids = (self.token_ids or []) + ids
+                # extended in place: a new list per chunk made a long stream's recording quadratic
+                if self.token_ids is None:
+                    self.token_ids = []
+                self.token_ids.extend(ids)
 
 
 @dataclass(slots=True)

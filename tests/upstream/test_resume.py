@@ -83,6 +83,17 @@ def test_completion_with_token_ids_continues_from_the_exact_ids() -> None:
     assert body is not None and body["prompt"] == [1, 44, 70, 71] and body["max_tokens"] == 6
 
 
+def test_token_ids_of_a_long_stream_gather_in_order_and_leave_the_chunks_as_they_were() -> None:
+    chunks = [_cmpl("x", i + 1, token_ids=[2 * i, 2 * i + 1]) for i in range(500)]
+    chunks[0]["choices"][0]["prompt_token_ids"] = [9]
+    t = _transcript(*chunks)
+    assert t.token_ids == list(range(1000))
+    # the transcript's list is its own: the chunks (which go on to the client) keep their ids
+    assert [c["choices"][0]["token_ids"] for c in chunks[:2]] == [[0, 1], [2, 3]]
+    body = _body(False, {"model": "m", "prompt": "Once", "max_tokens": 800}, t)
+    assert body is not None and body["prompt"] == [9, *range(1000)] and body["max_tokens"] == 300
+
+
 def test_a_prompt_of_ids_without_ids_in_the_stream_is_not_continued() -> None:
     assert refusal({"prompt": [1, 2, 3]}, chat=False) is None
     assert _body(False, {"prompt": [1, 2, 3], "max_tokens": 8}, _transcript(_cmpl("x", 1))) is None
