@@ -82,12 +82,17 @@ class EventBuffer:
     :meth:`feed` takes the next bytes read and returns the events they complete, each as its own bytes
     without the blank line that ended it, and the exact input bytes those events and their blank lines
     took (what a relay passes on); an unfinished event waits for the next read.
+
+    The reads of a large event (a first chunk with prompt logprobs can be megabytes) are kept apart
+    until one of them can end it, then joined once: joining and searching the whole unfinished event
+    at every read made its framing quadratic in the number of reads.
     """
 
-    __slots__ = ("_buf", "_cr", "_plain")
+    __slots__ = ("_buf", "_cr", "_more", "_plain")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = b""  # the unfinished event's first bytes ...
+        self._more: list[bytes] = []  # ... and the reads after them, none of which can end it
         self._cr = False  # what was passed on ended in "\r": a "\n" next is the rest of that line end
         self._plain = True  # the last events returned had "\n" line ends only
 
@@ -104,7 +109,15 @@ class EventBuffer:
         return with_data(event, data)
 
     def feed(self, raw: bytes) -> tuple[list[bytes], bytes]:
-        buf = self._buf + raw if self._buf else raw
+        if self._buf:
+            last = self._more[-1] if self._more else self._buf
+            if not _may_end(last[-1:] + raw[:1], raw):
+                self._more.append(raw)  # no blank line can end in it: nothing to frame yet
+                return [], b""
+            buf = b"".join([self._buf, *self._more, raw])
+            self._more.clear()
+        else:
+            buf = raw
         start = 0
         if self._cr and buf:
             self._cr = False
@@ -138,5 +151,21 @@ class EventBuffer:
 
     def rest(self) -> bytes:
         """The bytes of an unfinished event (at the end of a stream), and forget them."""
-        rest, self._buf, self._cr = self._buf, b"", False
+        rest = b"".join([self._buf, *self._more])
+        self._buf, self._cr = b"", False
+        self._more.clear()
         return rest
+
+
+def _may_end(seam: bytes, raw: bytes) -> bool:
+    """Whether a blank line can end in ``raw`` read after an unfinished event whose last byte and
+    ``raw``'s first are ``seam``.
+
+    Two line ends in a row hold ``\n\n``, ``\r\r`` or ``\n\r`` whatever the line ends (``\r\n`` is
+    one): without any of them in the seam or the read, the event goes on. An unfinished event never
+    holds one (the framing would have ended it there).
+    """
+    return any(p in seam or p in raw for p in _BLANK_LINE_PAIRS)
+
+
+_BLANK_LINE_PAIRS = (b"\n\n", b"\r\r", b"\n\r")

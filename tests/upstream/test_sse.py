@@ -131,3 +131,25 @@ def test_any_cut_gives_the_same_events_and_bytes(eol: bytes, cuts: list[int]) ->
     events, _, relayed = decode(reads)
     assert events == EXPECTED * 2
     assert relayed == data
+
+
+@pytest.mark.parametrize("eol", LINE_ENDS.values(), ids=LINE_ENDS.keys())
+@pytest.mark.parametrize("size", [1, 2, 3, 7])
+def test_a_large_event_in_small_reads_comes_out_whole(eol: bytes, size: int) -> None:
+    # the reads of an unfinished event are kept apart until one can end it: every seam between them
+    # (a line end split across reads, a blank line's two halves in two reads) must still be seen
+    big = b"data: " + b"x" * 3000 + eol + b"data: " + b"y" * 500 + eol + eol
+    data = stream(eol) + big + stream(eol)
+    reads = [data[i : i + size] for i in range(0, len(data), size)]
+    events, _, relayed = decode(reads)
+    assert events == [*EXPECTED, Event(data=b"x" * 3000 + b"\n" + b"y" * 500), *EXPECTED]
+    assert relayed == data
+
+
+def test_the_rest_of_a_stream_holds_every_read_of_its_unfinished_event() -> None:
+    sse = EventBuffer()
+    assert sse.feed(b"data: [DONE]\n\ndata: par") == ([b"data: [DONE]"], b"data: [DONE]\n\n")
+    assert sse.feed(b"tial ev") == ([], b"")
+    assert sse.feed(b"ent\n") == ([], b"")
+    assert sse.rest() == b"data: partial event\n"
+    assert sse.feed(b"data: next\n\n") == ([b"data: next"], b"data: next\n\n")
