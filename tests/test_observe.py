@@ -12,7 +12,7 @@ import pytest
 from gateway.accesslog import AccessLog
 from gateway.config import Strategy
 from gateway.observability import Metrics
-from gateway.observe import ACCESS_FIELDS, Observer, RequestRecord
+from gateway.observe import ACCESS_FIELDS, SEARCH_USAGE_FROM, Observer, RequestRecord
 from gateway.routing.policy import Decision, Feedback, Outcome
 from gateway.speculation import Measured
 from gateway.upstream.forward import Sent
@@ -223,6 +223,58 @@ def test_tokens_are_counted_from_a_whole_body_and_not_for_errors() -> None:
         sent=_sent(), content=broken,
     )  # fmt: skip
     assert (rec.prompt_tokens, rec.completion_tokens) == (None, None)
+
+
+def _logprobs(n: int) -> list[dict[str, Any]]:
+    """A chat response's logprobs for ``n`` tokens (20 alternatives each): 1,300 bytes a token."""
+    alt = [{"token": f"t{j}", "logprob": -1.5 * j, "bytes": [116]} for j in range(20)]
+    return [{"token": f"tok{i}", "logprob": -0.5, "bytes": [116], "top_logprobs": alt} for i in range(n)]
+
+
+LARGE_BODIES = {
+    "usage at the end": (
+        {
+            "choices": [{"logprobs": {"content": _logprobs(80)}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 80},
+        },
+        (9, 80),
+    ),
+    "usage with details, prompt logprobs after it": (
+        {
+            "choices": [{"message": {"content": 'a reply that quotes "usage": {"prompt_tokens": 1}'}}],
+            "usage": {
+                "prompt_tokens": 4,
+                "completion_tokens": 2,
+                "prompt_tokens_details": {"cached_tokens": 3},
+            },
+            "prompt_logprobs": [None, *({str(i): {"logprob": -1.0, "rank": 1}} for i in range(4000))],
+        },
+        (4, 2),
+    ),
+    "a Responses body": (
+        {"output": [{"content": [{"text": "x" * 70_000}]}], "usage": {"input_tokens": 5, "output_tokens": 8}},
+        (5, 8),
+    ),
+    "usage null": ({"choices": [{"logprobs": {"content": _logprobs(80)}}], "usage": None}, (None, None)),
+    "no usage": ({"choices": [{"logprobs": {"content": _logprobs(80)}}]}, (None, None)),
+    "usage of the wrong types": (
+        {"choices": [{"text": "y" * 70_000}], "usage": {"prompt_tokens": True, "completion_tokens": "5"}},
+        (None, None),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LARGE_BODIES, ids=list(LARGE_BODIES))
+@pytest.mark.parametrize("indent", [False, True], ids=["compact", "indented"])
+def test_tokens_of_a_large_body_are_found_without_parsing_all_of_it(case: str, indent: bool) -> None:
+    obj, expected = LARGE_BODIES[case]
+    body = orjson.dumps(obj, option=orjson.OPT_INDENT_2 if indent else 0)
+    assert len(body) >= SEARCH_USAGE_FROM
+    rec = _observer(Learner(), Metrics(), access_log=None).record(
+        request_id="r7", api="chat", started=perf_counter(), status=200, decision=DECISION,
+        sent=_sent(), content=body,
+    )  # fmt: skip
+    assert (rec.prompt_tokens, rec.completion_tokens) == expected
 
 
 def test_every_field_of_a_log_line_rounded_as_documented() -> None:
