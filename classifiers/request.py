@@ -91,6 +91,16 @@ def _stop_structured(stop: Any) -> bool:
     )
 
 
+def _tail(sep: str, parts: list[str], limit: int) -> str:
+    """``sep.join(parts)[-limit:]``, joining only the parts that reach into it (a long chat's history
+    is megabytes; the classifier reads a few hundred characters of it)."""
+    size, start = -len(sep), len(parts)  # the length of ``sep.join(parts[start:])``
+    while start > 0 and size < limit:
+        start -= 1
+        size += len(parts[start]) + len(sep)
+    return sep.join(parts[start:])[-limit:]
+
+
 def view(body: Mapping[str, Any]) -> RequestView:
     """Read a request body; unknown shapes give an empty view rather than an error."""
     text, context, turns, has_system, system_json = "", "", 1, False, False
@@ -115,7 +125,7 @@ def view(body: Mapping[str, Any]) -> RequestView:
                     has_system = True
                     system_json = system_json or _SYSTEM_JSON.search(content, 0, SYSTEM_SCAN) is not None
                 earlier.append(content)
-        context = "\n".join(earlier)[-MAX_CHARS:]
+        context = _tail("\n", earlier, MAX_CHARS)
     else:
         text = _prompt_text(body.get("prompt"))
     tools = body.get("tools") or body.get("functions")

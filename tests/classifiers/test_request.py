@@ -1,4 +1,7 @@
-from classifiers.request import view
+from hypothesis import given
+from hypothesis import strategies as st
+
+from classifiers.request import MAX_CHARS, _tail, view
 
 
 def test_completions_prompt_string_and_list() -> None:
@@ -65,3 +68,21 @@ def test_wrong_types_give_empty_view() -> None:
     v = view({"messages": "not a list", "temperature": "hot", "max_tokens": True, "stop": 3})
     assert v.text == "" and v.temperature is None and v.max_tokens is None and not v.stop_structured
     assert view({"messages": [None, 3, {"role": "user", "content": 5}]}).text == ""
+
+
+@given(
+    st.lists(st.text(max_size=12), max_size=8),
+    st.integers(min_value=1, max_value=60),
+    st.sampled_from(["\n", "", "ab"]),
+)
+def test_the_context_tail_is_the_tail_of_the_whole_history(parts: list[str], limit: int, sep: str) -> None:
+    assert _tail(sep, parts, limit) == sep.join(parts)[-limit:]
+
+
+def test_a_history_longer_than_the_limit_keeps_its_last_characters() -> None:
+    turns = [
+        {"role": "user" if i % 2 else "assistant", "content": f"{i:03d}" + "x" * 99_996} for i in range(8)
+    ]
+    v = view({"messages": [*turns, {"role": "user", "content": "and now?"}]})
+    history = "\n".join(t["content"] for t in turns)
+    assert v.text == "and now?" and v.context == history[-MAX_CHARS:] and len(v.context) == MAX_CHARS
