@@ -1,0 +1,118 @@
+"""What relaying a stream costs a proxy per chunk, when the chunks come apart as a model server sends them.
+
+    python -m tests.upstream.relay_cost [--peer specroute|vllm-router] [--rate 20] [--duration 10]
+
+An upstream stub (``../shared/tools/peer_bench/upstream_stub.py``) streams ``--chunks`` SSE chunks per
+completion, ``--gap-ms`` apart (200 chunks 5 ms apart: a second-long answer, one chunk per engine step);
+the peer-bench load generator opens ``--rate`` such streams a second through the proxy for ``--duration``
+seconds (about ``rate * chunks * gap`` streams at once), and the proxy's CPU time over the run (user +
+system, from ``/proc``) is divided by the chunks it relayed. The proxies are started by the peer-bench
+scripts (``run_specroute.sh`` installs this checkout), on loopback ports, and stopped at the end.
+
+The peer-bench harness (``setup_harness.sh``) must have been set up; run from the repository root.
+A streamed request's per-request work (validation, routing, observation) is in the figure too, spread
+over its chunks. Not a test: a benchmark that prints figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT.parent / "shared" / "tools" / "peer_bench"
+HOME = Path(os.environ.get("PEER_BENCH_HOME", "/tmp/peer-bench"))
+HARNESS = HOME / "venv-harness" / "bin" / "python"
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime (fields 14 and 15 of stat)
+
+
+def _listener(port: int, timeout_s: float = 60.0) -> int:
+    """The pid of the process listening on 127.0.0.1:``port`` (the proxy, not its launcher)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True).stdout
+        found = re.search(r"pid=(\d+)", out)
+        if found:
+            return int(found.group(1))
+        time.sleep(0.2)
+    raise SystemExit(f"nothing listens on port {port} after {timeout_s:.0f} s")
+
+
+def _loadgen(url: str, rate: float, duration: float, out: Path) -> dict[str, object]:
+    cmd = [str(HARNESS), str(BENCH / "loadgen.py"), "open", "--url", url, "--stream", "--rate", str(rate)]
+    cmd += ["--duration", str(duration), "--warmup", "0", "--timeout", "60", "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    result: dict[str, object] = json.loads(out.read_text())["target"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--peer", choices=["specroute", "vllm-router"], default="specroute")
+    parser.add_argument("--rate", type=float, default=20.0, help="streams opened a second")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds measured")
+    parser.add_argument("--chunks", type=int, default=200, help="chunks a stream")
+    parser.add_argument("--gap-ms", type=float, default=5.0, help="time between a stream's chunks")
+    parser.add_argument("--port", type=int, default=18400, help="the stub's; the proxy's is the next one up")
+    args = parser.parse_args()
+    if not HARNESS.exists():
+        raise SystemExit(f"no harness at {HARNESS}: run {BENCH / 'setup_harness.sh'} first")
+    stub_port, proxy_port = args.port, args.port + 2  # the router's metrics take the port after its own
+    upstream = f"http://127.0.0.1:{stub_port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    pid = 0
+    try:
+        stub = [str(HARNESS), str(BENCH / "upstream_stub.py"), "--port", str(stub_port)]
+        stub += ["--stream-chunks", str(args.chunks), "--chunk-delay-ms", str(args.gap_ms)]
+        procs.append(subprocess.Popen(stub, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        script = "run_specroute.sh" if args.peer == "specroute" else "run_vllm_router.sh"
+        extra = [] if args.peer == "specroute" else ["--policy", "round_robin"]
+        env = {**os.environ, "SPECROUTE_SRC": str(ROOT)}
+        cmd = ["bash", str(BENCH / script), str(proxy_port), upstream, *extra]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        pid = _listener(proxy_port)
+        url = f"http://127.0.0.1:{proxy_port}"
+        with tempfile.TemporaryDirectory() as tmp:
+            _loadgen(url, args.rate, 2.0, Path(tmp) / "warm.json")
+            before = _cpu_ticks(pid)
+            target = _loadgen(url, args.rate, args.duration, Path(tmp) / "run.json")
+            used_s = (_cpu_ticks(pid) - before) / os.sysconf("SC_CLK_TCK")
+        streams = int(str(target["ok"]))
+        if not streams or target["errors"]:
+            raise SystemExit(f"{streams} streams, {target['errors']} errors: {target.get('error_kinds')}")
+        ttft = target["ttft_ms"]
+        assert isinstance(ttft, dict)
+        print(
+            f"{args.peer}: {streams} streams of {args.chunks} chunks {args.gap_ms:g} ms apart, "
+            f"{args.rate:g}/s: {used_s * 1e6 / (streams * args.chunks):.1f} µs of CPU a chunk "
+            f"({used_s * 1e3 / streams:.2f} ms a stream); time to first byte p50 {ttft['p50']:.2f} ms"
+        )
+    finally:
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)  # the proxy itself, wherever its launcher started it
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    main()
