@@ -110,7 +110,9 @@ class EventBuffer:
 
     def feed(self, raw: bytes) -> tuple[list[bytes], bytes]:
         if self._buf:
-            last = self._more[-1] if self._more else self._buf
+            if not raw:
+                return [], b""
+            last = self._more[-1] if self._more else self._buf  # never empty: empty reads are not kept
             if not _may_end(last[-1:] + raw[:1], raw):
                 self._more.append(raw)  # no blank line can end in it: nothing to frame yet
                 return [], b""
@@ -161,7 +163,7 @@ def _may_end(seam: bytes, raw: bytes) -> bool:
     """Whether a blank line can end in ``raw`` read after an unfinished event whose last byte and
     ``raw``'s first are ``seam``.
 
-    Two line ends in a row hold ``\n\n``, ``\r\r`` or ``\n\r`` whatever the line ends (``\r\n`` is
+    Two line ends in a row hold ``\\n\\n``, ``\\r\\r`` or ``\\n\\r`` whatever the line ends (``\\r\\n`` is
     one): without any of them in the seam or the read, the event goes on. An unfinished event never
     holds one (the framing would have ended it there).
     """

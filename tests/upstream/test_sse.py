@@ -153,3 +153,11 @@ def test_the_rest_of_a_stream_holds_every_read_of_its_unfinished_event() -> None
     assert sse.feed(b"ent\n") == ([], b"")
     assert sse.rest() == b"data: partial event\n"
     assert sse.feed(b"data: next\n\n") == ([b"data: next"], b"data: next\n\n")
+
+
+def test_an_empty_read_inside_an_unfinished_event_hides_no_line_end() -> None:
+    sse = EventBuffer()
+    assert sse.feed(b"data: a\n") == ([], b"")
+    assert sse.feed(b"data: b\n") == ([], b"")
+    assert sse.feed(b"") == ([], b"")
+    assert sse.feed(b"\n") == ([b"data: a\ndata: b"], b"data: a\ndata: b\n\n")
