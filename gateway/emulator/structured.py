@@ -35,7 +35,7 @@ class Constraint:
             return self.choices[rng.randrange(len(self.choices))]
         schema = self.schema or {}
         try:
-            value = _value(schema if schema else {"type": "object"}, schema, rng, 0)
+            value = _value(schema if schema else {"type": "object"}, schema, rng, 0, _Budget())
             return orjson.dumps(value).decode()
         except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError):
             message = f"{self.param} is not a JSON schema the emulator can satisfy"
@@ -118,6 +118,22 @@ def _choices(value: Any, param: str) -> tuple[str, ...]:
 _MAX_DEPTH = 8
 _MAX_ITEMS = 64  # an array's length, whatever minItems asks
 _MAX_CHARS = 4096  # a string's length, whatever minLength asks
+_MAX_VALUES = 4096  # values in one answer, however its arrays nest
+_MAX_TOTAL_CHARS = 1 << 16  # characters of strings in one answer
+
+
+@dataclass(slots=True)
+class _Budget:
+    """What one answer may still hold.
+
+    Each array is bounded, but arrays nest: an array of ten arrays of ten (a ``$ref`` to the schema
+    itself is enough) asks for ten to the power of the depth, which no memory holds. Past the budget a
+    value is cut short (arrays end, strings stay empty, values become null), as vLLM cuts a guided answer
+    at ``max_tokens``; no answer the emulator streams is longer than that anyway.
+    """
+
+    values: int = _MAX_VALUES
+    chars: int = _MAX_TOTAL_CHARS
 
 
 def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
@@ -137,9 +153,12 @@ def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _value(schema: dict[str, Any], root: dict[str, Any], rng: random.Random, depth: int) -> Any:
-    """One JSON value valid against ``schema``."""
-    if depth > 4 * _MAX_DEPTH:  # a schema that requires itself: cut off
+def _value(
+    schema: dict[str, Any], root: dict[str, Any], rng: random.Random, depth: int, budget: _Budget
+) -> Any:
+    """One JSON value valid against ``schema`` (within ``budget``)."""
+    budget.values -= 1  # a null in its place counts too
+    if depth > 4 * _MAX_DEPTH or budget.values < 0:  # a schema that requires itself, or too much: cut off
         return None
     schema = _resolve(schema, root)
     if "const" in schema:
@@ -151,22 +170,23 @@ def _value(schema: dict[str, Any], root: dict[str, Any], rng: random.Random, dep
         if isinstance(options, list) and options:
             # a nullable field (``X | None``) gets its value, not null
             typed = [o for o in options if isinstance(o, dict) and o.get("type") != "null"] or options
-            return _value(typed[0], root, rng, depth)
+            return _value(typed[0], root, rng, depth, budget)
     if isinstance(schema.get("allOf"), list):
         merged: dict[str, Any] = {}
         for part in schema["allOf"]:
             if isinstance(part, dict):
                 merged.update(_resolve(part, root))
-        return _value({**merged, **{k: v for k, v in schema.items() if k != "allOf"}}, root, rng, depth)
+        rest = {k: v for k, v in schema.items() if k != "allOf"}
+        return _value({**merged, **rest}, root, rng, depth, budget)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), kind[0] if kind else None)
     if kind is None:
         kind = "object" if "properties" in schema else ("array" if "items" in schema else "string")
     if kind == "object":
-        return _object(schema, root, rng, depth)
+        return _object(schema, root, rng, depth, budget)
     if kind == "array":
-        return _array(schema, root, rng, depth)
+        return _array(schema, root, rng, depth, budget)
     if kind == "integer":
         return _integer(schema, rng)
     if kind == "number":
@@ -177,10 +197,12 @@ def _value(schema: dict[str, Any], root: dict[str, Any], rng: random.Random, dep
         return rng.random() < 0.5
     if kind == "null":
         return None
-    return _string(schema, rng)
+    return _string(schema, rng, budget)
 
 
-def _object(schema: dict[str, Any], root: dict[str, Any], rng: random.Random, depth: int) -> dict[str, Any]:
+def _object(
+    schema: dict[str, Any], root: dict[str, Any], rng: random.Random, depth: int, budget: _Budget
+) -> dict[str, Any]:
     props = schema.get("properties")
     if not isinstance(props, dict) or not props:
         if schema.get("additionalProperties") is False or depth >= _MAX_DEPTH:
@@ -191,19 +213,25 @@ def _object(schema: dict[str, Any], root: dict[str, Any], rng: random.Random, de
     out: dict[str, Any] = {}
     for name, sub in props.items():
         if name in needed or depth < 2:  # optional properties too, near the top
-            out[name] = _value(sub if isinstance(sub, dict) else {}, root, rng, depth + 1)
+            out[name] = _value(sub if isinstance(sub, dict) else {}, root, rng, depth + 1, budget)
     return out
 
 
-def _array(schema: dict[str, Any], root: dict[str, Any], rng: random.Random, depth: int) -> list[Any]:
+def _array(
+    schema: dict[str, Any], root: dict[str, Any], rng: random.Random, depth: int, budget: _Budget
+) -> list[Any]:
     lo = min(int(schema.get("minItems", 1 if depth < _MAX_DEPTH else 0)), _MAX_ITEMS)
     hi = min(int(schema.get("maxItems", max(lo, 3))), _MAX_ITEMS)
     count = min(max(lo, min(hi, 2 + rng.randrange(2))), hi) if depth < _MAX_DEPTH else lo
     prefix = schema.get("prefixItems")
     if isinstance(prefix, list) and prefix:
-        return [_value(p, root, rng, depth + 1) for p in prefix if isinstance(p, dict)]
+        return [_value(p, root, rng, depth + 1, budget) for p in prefix if isinstance(p, dict)]
     items: dict[str, Any] = schema["items"] if isinstance(schema.get("items"), dict) else {}
-    values = [_value(items, root, rng, depth + 1) for _ in range(count)]
+    values = []
+    for _ in range(count):
+        if budget.values <= 0:  # cut short: the rest would be nulls
+            break
+        values.append(_value(items, root, rng, depth + 1, budget))
     if schema.get("uniqueItems") and len({orjson.dumps(v) for v in values}) < len(values):
         values = values[:1]
     return values
@@ -221,7 +249,7 @@ def _integer(schema: dict[str, Any], rng: random.Random) -> int:
     return rng.randint(low, max(low, high))
 
 
-def _string(schema: dict[str, Any], rng: random.Random) -> str:
+def _string(schema: dict[str, Any], rng: random.Random, budget: _Budget) -> str:
     fmt = schema.get("format")
     if fmt == "date":
         return f"2024-{1 + rng.randrange(12):02d}-{1 + rng.randrange(28):02d}"
@@ -233,8 +261,9 @@ def _string(schema: dict[str, Any], rng: random.Random) -> str:
         return f"https://example.com/{WORDS[rng.randrange(len(WORDS))].lower()}"
     if fmt == "uuid":
         return "-".join(f"{rng.getrandbits(b * 4):0{b}x}" for b in (8, 4, 4, 4, 12))
-    lo = min(int(schema.get("minLength", 1)), _MAX_CHARS)
-    hi = min(int(schema.get("maxLength", max(lo, 40))), _MAX_CHARS)
+    room = max(0, min(_MAX_CHARS, budget.chars))
+    lo = min(int(schema.get("minLength", 1)), room)
+    hi = min(int(schema.get("maxLength", max(lo, 40))), room)
     words: list[str] = []
     text = ""
     while len(text) < lo or (len(words) < 2 + rng.randrange(3) and len(text) < hi):
@@ -244,6 +273,7 @@ def _string(schema: dict[str, Any], rng: random.Random) -> str:
         text = text[:hi].rstrip() or text[:hi]
     while len(text) < lo:
         text += "x"
+    budget.chars -= len(text)
     return text
 
 

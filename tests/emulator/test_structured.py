@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any, Literal
 
 import httpx
 import openai
 import orjson
+import pytest
 from pydantic import BaseModel
 
 from gateway.emulator.config import EmulatorConfig
 from gateway.emulator.server import EmulatorApp
+from gateway.emulator.structured import Constraint
 
 MODEL = "demo-model"
 
@@ -95,3 +98,33 @@ async def test_openai_sdk_parses_structured_output_and_the_new_routes() -> None:
         )
         kinds = [event.type async for event in stream]
         assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
+
+
+ENDLESS = {
+    "an array of itself": {"type": "array", "minItems": 3, "items": {"$ref": "#"}},
+    "a billion items of itself": {"type": "array", "minItems": 10**9, "items": {"$ref": "#"}},
+    "an object of two of itself": {"type": "object", "properties": {"a": {"$ref": "#"}, "b": {"$ref": "#"}}},
+    "long strings, many": {
+        "type": "array",
+        "minItems": 10**9,
+        "items": {"type": "string", "minLength": 10**9},
+    },
+}
+
+
+@pytest.mark.parametrize("schema", ENDLESS.values(), ids=list(ENDLESS))
+def test_a_schema_that_asks_for_endless_output_gets_a_bounded_answer(schema: dict[str, Any]) -> None:
+    # ten to the power of the nesting depth would not fit in memory: the answer is cut short, as vLLM
+    # cuts a guided answer at max_tokens
+    text = Constraint(schema=schema).render(random.Random(0))
+    value = orjson.loads(text)
+    assert value and len(text) < 100_000
+
+
+async def test_a_request_with_such_a_schema_is_answered(inproc: httpx.AsyncClient) -> None:
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "x", "schema": ENDLESS["a billion items of itself"]},
+    }
+    r = await inproc.post("/v1/chat/completions", json=_chat(response_format=fmt, max_tokens=64))
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
