@@ -20,12 +20,15 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
+
+from gateway.bench.overhead import Usage
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT.parent / "shared" / "tools" / "peer_bench"
@@ -33,19 +36,13 @@ HOME = Path(os.environ.get("PEER_BENCH_HOME", "/tmp/peer-bench"))
 HARNESS = HOME / "venv-harness" / "bin" / "python"
 
 
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime (fields 14 and 15 of stat)
-
-
 def _listener(port: int, timeout_s: float = 60.0) -> int:
     """The pid of the process listening on 127.0.0.1:``port`` (the proxy, not its launcher)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True).stdout
-        found = re.search(r"pid=(\d+)", out)
-        if found:
-            return int(found.group(1))
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                return int(conn.pid)
         time.sleep(0.2)
     raise SystemExit(f"nothing listens on port {port} after {timeout_s:.0f} s")
 
@@ -88,9 +85,10 @@ def main() -> None:
         url = f"http://127.0.0.1:{proxy_port}"
         with tempfile.TemporaryDirectory() as tmp:
             _loadgen(url, args.rate, 2.0, Path(tmp) / "warm.json")
-            before = _cpu_ticks(pid)
+            usage = Usage(psutil.Process(pid))  # its workers' CPU too, with server.workers
+            usage.start()
             target = _loadgen(url, args.rate, args.duration, Path(tmp) / "run.json")
-            used_s = (_cpu_ticks(pid) - before) / os.sysconf("SC_CLK_TCK")
+            used_s = usage.cpu_seconds()
         streams = int(str(target["ok"]))
         if not streams or target["errors"]:
             raise SystemExit(f"{streams} streams, {target['errors']} errors: {target.get('error_kinds')}")
