@@ -34,12 +34,14 @@ Pool-wide changes (a new draft model moves every request at once) are caught by 
 on the standardised residuals (residual / predictive standard deviation): the model knows how sure
 it is, so a residual is large only relative to that. A change is declared only when the run that
 revealed it shows it in at least two kinds of prompt that had been predicted within the noise before
-it (their running mean standardised residual under ``CUSUM_SLACK``), and no kind measured in it says
-the opposite. A draft model strong on one kind and weak on another is not a pool-wide change: the
-weights learn that; nor is a deployment unlike the prior from its first requests, where kinds seen
-for the first time, or still being learned, are off by how wrong the prior is for them and would
-drag every other kind with them. A change moves a common offset, added to every prediction, by the
-agreeing kinds' mean residual at once instead of waiting for measurements of every feature.
+it (their running mean standardised residual under ``CUSUM_SLACK``), or whose errors turned round (a
+fall still being learned when the draft was fixed: each side of the detector keeps its own run), and
+no kind measured in it says the opposite. A draft model strong on one kind and weak on another is
+not a pool-wide change: the weights learn that; nor is a deployment unlike the prior from its first
+requests, where kinds seen for the first time, or still being learned in the run's direction, are off
+by how wrong the prior is for them and would drag every other kind with them. A change moves a common
+offset, added to every prediction, by the agreeing kinds' mean residual at once instead of waiting for
+measurements of every feature.
 
 Exploration reads the posterior: :meth:`AlphaModel.sample` draws a logit from N(mean, var), for
 Thompson sampling on the predicted speedup.
@@ -131,11 +133,11 @@ class AlphaModel:
     error_abs: float = 0.0  # running mean of |measured - predicted alpha|
     _up: float = 0.0
     _down: float = 0.0
-    _run_n: int = 0
-    _run_r: float = 0.0
     shift_offset: float = 0.0  # logit moved by the pool-wide changes detected so far
-    # kind: [n, Σ residual, settled before the run (1 or 0)] in the run
-    _run_kinds: dict[str, list[float]] = field(default_factory=dict)
+    # per side of the detector, kind: [n, Σ residual, its running mean standardised residual before
+    # the run (nan: never measured)] over the current run
+    _run_up: dict[str, list[float]] = field(default_factory=dict)
+    _run_down: dict[str, list[float]] = field(default_factory=dict)
     _kind_z: dict[str, float] = field(default_factory=dict)  # running mean standardised residual per kind
     _z2: float = 1.0  # running mean of the squared standardised residual (1 when the noise model fits)
 
@@ -211,24 +213,32 @@ class AlphaModel:
         self._down = max(0.0, self._down - z - CUSUM_SLACK)
         before = self._kind_z.get(kind)
         self._kind_z[kind] = z if before is None else before + KIND_Z_RATE * (z - before)
-        if self._up == 0.0 and self._down == 0.0:
-            self._run_kinds.clear()
+        # each side of the detector keeps its own run: the errors of a fall that was still being
+        # learned must not count against the rise that follows it (a draft fixed after a bad one)
+        for run, active in ((self._run_up, self._up > 0.0), (self._run_down, self._down > 0.0)):
+            if not active:
+                run.clear()
+                continue
+            acc = run.setdefault(kind, [0.0, 0.0, math.nan if before is None else before])
+            acc[0] += 1
+            acc[1] += resid
+        if max(self._up, self._down) <= CUSUM_LIMIT:
             return
-        # a change is a kind that was predicted within the noise and no longer is; a kind first
-        # measured in the run, or still being learned, shows how wrong the prior is, not a change
-        settled = 1.0 if before is not None and abs(before) < CUSUM_SLACK else 0.0
-        acc = self._run_kinds.setdefault(kind, [0.0, 0.0, settled])
-        acc[0] += 1
-        acc[1] += resid
-        n = sum(a[0] for a in self._run_kinds.values())
-        if max(self._up, self._down) <= CUSUM_LIMIT or n < SHIFT_MIN_RUN:
+        sign, run = (1.0, self._run_up) if self._up > self._down else (-1.0, self._run_down)
+        if sum(a[0] for a in run.values()) < SHIFT_MIN_RUN:
             return
-        sign = 1.0 if self._up > self._down else -1.0
-        means = [(a[0], a[1] / a[0], a[2]) for a in self._run_kinds.values()]
+        # a change is a kind that was predicted within the noise and no longer is, or one whose errors
+        # turned round: still being learned one way (a draft that stopped agreeing), now wrong the
+        # other way. A kind first measured in the run, or still being learned in the run's direction,
+        # shows how wrong the prior is, not a change.
+        means = [
+            (a[0], a[1] / a[0], abs(a[2]) < CUSUM_SLACK or sign * a[2] <= -CUSUM_SLACK) for a in run.values()
+        ]
         agree = [m for _, m, s in means if s and sign * m > SHIFT_KIND_LOGIT]
         against = [m for c, m, _ in means if c >= 2 and sign * m < -SHIFT_KIND_LOGIT]
         self._up = self._down = 0.0
-        self._run_kinds.clear()
+        self._run_up.clear()
+        self._run_down.clear()
         if len(agree) >= 2 and not against:
             # every kind moved: shift every prediction by their mean residual at once
             self.shift_offset += sum(agree) / len(agree)

@@ -110,6 +110,37 @@ def test_a_pool_wide_drop_moves_requests_not_measured_since():
     assert before > 0.75 and after < 0.5
 
 
+@pytest.mark.parametrize("bad", [10, 20, 30, 60])
+def test_a_draft_fixed_after_a_bad_one_brings_every_request_back_at_once(bad: int):
+    """A draft that accepts nothing, then one that accepts everything (a bad deployment rolled back).
+    While the fall is still being learned, every kind's errors point down; when the draft is fixed they
+    turn round. That turn is a pool-wide change even though no kind had settled: recovery must not wait
+    for each feature's weight to climb back (it took 31-51 measured requests after 15-30 bad ones, and a
+    test against real vLLM ran out of its 120 requests)."""
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    bodies = [
+        (CODE, "code"),
+        (LIST, "numeric"),
+        ({"prompt": "Convert this CSV to JSON: a,b", "temperature": 0}, "data"),
+    ]
+    # 31 tokens at k = 4: all rejected is 30 steps (30 draws), all accepted 6 steps (24 accepted)
+    for i in range(bad):
+        clock.t += 1.5
+        body, kind = bodies[i % 3]
+        model.observe(_x(body, kind), 0.9, 0.0, 30)
+    assert max(model.predict(_x(b, k), 0.9).alpha for b, k in bodies) < 0.3
+    shifts = model.shifts
+    unmeasured = _x({"prompt": "Return a YAML config with host and port", "temperature": 0}, "config")
+    for i in range(12):
+        clock.t += 1.5
+        body, kind = bodies[i % 3]
+        model.observe(_x(body, kind), 0.9, 1.0, 24)
+    assert model.shifts > shifts
+    assert min(model.predict(_x(b, k), 0.9).alpha for b, k in bodies) > 0.7
+    assert model.predict(unmeasured, 0.9).alpha > 0.6
+
+
 def test_a_draft_unlike_the_prior_from_the_start_is_not_a_pool_wide_shift():
     """From the first requests, two kinds far below the prior (a draft weak on data formats and copying):
     nothing was predicted well before, so nothing changed; the weights learn it, and a prompt of another
