@@ -87,24 +87,31 @@ def test_forgetting_makes_old_evidence_uncertain_not_wrong():
     assert model.predict(story, 0.1).alpha < fresh.predict(story, 0.1).alpha - 0.2
 
 
+THREE_KINDS = [
+    (CODE, "code"),
+    (LIST, "numeric"),
+    ({"prompt": "Convert this CSV to JSON: a,b", "temperature": 0}, "data"),
+]
+YAML = {"prompt": "Return a YAML config with host and port", "temperature": 0}
+
+
+def _measure(
+    model: AlphaModel, clock: Clock, n: int, alpha: float, trials: float, kinds=THREE_KINDS, every=0.5
+):
+    """``n`` measured requests, the kinds in turn, ``every`` seconds apart."""
+    for i in range(n):
+        clock.t += every
+        body, kind = kinds[i % len(kinds)]
+        model.observe(_x(body, kind), 0.9, alpha, trials)
+
+
 def test_a_pool_wide_drop_moves_requests_not_measured_since():
     clock = Clock()
     model = AlphaModel(600.0, clock)
-    bodies = [
-        (CODE, "code"),
-        (LIST, "numeric"),
-        ({"prompt": "Convert this CSV to JSON: a,b", "temperature": 0}, "data"),
-    ]
-    for i in range(90):
-        clock.t += 0.5
-        body, kind = bodies[i % 3]
-        model.observe(_x(body, kind), 0.9, 0.8, 100)
-    unmeasured = _x({"prompt": "Return a YAML config with host and port", "temperature": 0}, "config")
+    _measure(model, clock, 90, 0.8, 100)
+    unmeasured = _x(YAML, "config")
     before = model.predict(unmeasured, 0.9).alpha
-    for i in range(6):  # a worse draft model: everything drops
-        clock.t += 0.5
-        body, kind = bodies[i % 2]
-        model.observe(_x(body, kind), 0.9, 0.25, 100)
+    _measure(model, clock, 6, 0.25, 100, THREE_KINDS[:2])  # a worse draft model: everything drops
     assert model.shifts == 1
     after = model.predict(unmeasured, 0.9).alpha
     assert before > 0.75 and after < 0.5
@@ -119,25 +126,14 @@ def test_a_draft_fixed_after_a_bad_one_brings_every_request_back_at_once(bad: in
     test against real vLLM ran out of its 120 requests)."""
     clock = Clock()
     model = AlphaModel(600.0, clock)
-    bodies = [
-        (CODE, "code"),
-        (LIST, "numeric"),
-        ({"prompt": "Convert this CSV to JSON: a,b", "temperature": 0}, "data"),
-    ]
     # 31 tokens at k = 4: all rejected is 30 steps (30 draws), all accepted 6 steps (24 accepted)
-    for i in range(bad):
-        clock.t += 1.5
-        body, kind = bodies[i % 3]
-        model.observe(_x(body, kind), 0.9, 0.0, 30)
-    assert max(model.predict(_x(b, k), 0.9).alpha for b, k in bodies) < 0.3
+    _measure(model, clock, bad, 0.0, 30, every=1.5)
+    assert max(model.predict(_x(b, k), 0.9).alpha for b, k in THREE_KINDS) < 0.3
     shifts = model.shifts
-    unmeasured = _x({"prompt": "Return a YAML config with host and port", "temperature": 0}, "config")
-    for i in range(12):
-        clock.t += 1.5
-        body, kind = bodies[i % 3]
-        model.observe(_x(body, kind), 0.9, 1.0, 24)
+    unmeasured = _x(YAML, "config")
+    _measure(model, clock, 12, 1.0, 24, every=1.5)
     assert model.shifts > shifts
-    assert min(model.predict(_x(b, k), 0.9).alpha for b, k in bodies) > 0.7
+    assert min(model.predict(_x(b, k), 0.9).alpha for b, k in THREE_KINDS) > 0.7
     assert model.predict(unmeasured, 0.9).alpha > 0.6
 
 
