@@ -28,6 +28,9 @@ the application starts the response and the body with the next message, a system
 a connection with ``TCP_NODELAY`` two packets that wake the client twice. :class:`HeadWithBody`
 holds the head until the body's first bytes (they follow within the same turn of the event loop:
 the gateway always has them when it starts a response) and writes both together.
+
+A stream's chunks go out through :class:`CycleWriter`, which the request's ``ClientState`` carries: the
+bytes uvicorn writes for a chunked body message, without the message, its wrappers and checks.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.api.errors import error_body
 from gateway.types import CLIENT_SCOPE_KEY, ClientState
@@ -140,9 +143,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._in_head = False
         self._cancel_head_timer()
         super().on_headers_complete()
-        self.cycle.transport = HeadWithBody(self.transport, self.loop)
+        cycle = self.cycle
+        cycle.transport = HeadWithBody(self.transport, self.loop)
         # the request's task has been created but not run yet: it finds the signal in its scope
-        self.cycle.scope[CLIENT_SCOPE_KEY] = ClientState()  # type: ignore[literal-required]
+        cycle.scope[CLIENT_SCOPE_KEY] = ClientState(CycleWriter(cycle))  # type: ignore[literal-required]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -170,6 +174,40 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self._in_head:
             self.transport.write(_closing_response(b"408 Request Timeout", _HEAD_TIMEOUT))
         self.transport.close()
+
+
+class CycleWriter:
+    """A :class:`~gateway.types.ChunkWriter` for one request's response on this protocol.
+
+    It writes what uvicorn's ``send`` writes for a body message of a chunked response (the piece in
+    chunked framing, on the same transport), and only where that ``send`` would write at once: the
+    response started, chunked and not over, the client connected and reading. Everywhere else it
+    declines, and the caller's ASGI message goes the usual way (waiting for a slow client to drain,
+    ending the response, a HEAD response's empty body). The response's start and end always go
+    through ``send``, so its state (started, complete, keep-alive) stays uvicorn's own.
+
+    Bound to its request's cycle, not to the connection's current one: a pipelined request gets a cycle
+    of its own while this one is still being answered.
+    """
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle):
+        self._cycle = cycle
+
+    def write(self, body: bytes) -> bool:
+        cycle = self._cycle
+        if (
+            cycle.chunked_encoding is not True
+            or cycle.response_complete
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or cycle.scope["method"] == "HEAD"
+        ):
+            return False
+        if body:
+            cycle.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
+        return True
 
 
 class HeadWithBody(asyncio.Transport):

@@ -6,7 +6,7 @@ The bottom of the package: it imports nothing from the gateway, and everything e
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 PoolName = Literal["speculative", "baseline"]
 """The two pools: the same target model with speculative decoding on, and without it."""
@@ -52,6 +52,20 @@ CLIENT_SCOPE_KEY = "specroute.client"
 request's :class:`ClientState`; under another server the key is absent."""
 
 
+class ChunkWriter(Protocol):
+    """Writes a piece of a streamed response's body straight to the client's connection.
+
+    An ASGI body message goes through every ``send`` wrapper and the server's checks before its bytes
+    reach the socket: a message dictionary and four calls per piece, paid for each chunk of every
+    stream the gateway relays. The gateway's HTTP protocol hands the relay this instead.
+    """
+
+    def write(self, body: bytes) -> bool:
+        """Write ``body`` as the response's next piece, or do nothing and return False when only an ASGI
+        message may carry it now (the client is not reading, the response is not chunked or is over)."""
+        ...
+
+
 class ClientState:
     """What the connection knows of a request's client that ASGI only tells by waiting.
 
@@ -59,15 +73,17 @@ class ClientState:
     around the body's read, and a task waiting on ``receive()`` beside every upstream wait, created and
     cancelled per request. The protocol that parses the request and sees the connection go knows both
     at no cost: whether the whole body was already there when the request's task started (no time
-    limit needed), and when the client is gone (it cancels the one task that waits, if any).
+    limit needed), and when the client is gone (it cancels the one task that waits, if any). It also
+    hands a stream's relay a :class:`ChunkWriter` for the response's pieces.
     """
 
-    __slots__ = ("body_complete", "lost", "waiting")
+    __slots__ = ("body_complete", "lost", "waiting", "writer")
 
-    def __init__(self) -> None:
+    def __init__(self, writer: ChunkWriter | None = None) -> None:
         self.body_complete = False
         self.lost = False
         self.waiting: asyncio.Task[Any] | None = None  # the request's task while it awaits upstream
+        self.writer = writer
 
     def gone(self) -> None:
         """The connection is lost: cancel the waiting task (later waits see ``lost`` at once)."""

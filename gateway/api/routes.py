@@ -33,7 +33,7 @@ from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
 from gateway.observability import render
 from gateway.routing.policy import Api, Decision, RouteRequest
-from gateway.types import CLIENT_SCOPE_KEY, RUN_TOKEN_ENV, RUN_TOKEN_HEADER, ClientState
+from gateway.types import CLIENT_SCOPE_KEY, RUN_TOKEN_ENV, RUN_TOKEN_HEADER, ChunkWriter, ClientState
 from gateway.upstream.assemble import assemble, can_assemble, stream_body
 from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
@@ -357,14 +357,18 @@ class Relay(StreamingResponse):
         return relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get(CLIENT_SCOPE_KEY)
+        writer = client.writer if isinstance(client, ClientState) else None
         with contextlib.suppress(APIError):  # 499: the relay saw the cancellation and closed upstream
-            await _unless_disconnected(Request(scope, receive), self.stream_response(send))
+            await _unless_disconnected(Request(scope, receive), self.stream_response(send, writer))
 
-    async def stream_response(self, send: Send) -> None:
+    async def stream_response(self, send: Send, writer: ChunkWriter | None = None) -> None:
+        """The stream; each chunk by ``writer`` where it takes it, else as an ASGI message."""
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         try:
             async for chunk in self.body_iterator:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if writer is None or not writer.write(chunk):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except UpstreamError as e:
             if self.ending is None:
                 raise

@@ -100,3 +100,54 @@ async def test_a_broken_relay_ends_with_its_error_event_then_the_streams_end() -
     bare = Relay(_breaking(), 200, media_type="text/event-stream")
     with pytest.raises(UpstreamBroken):
         await bare.stream_response(send)
+
+
+class _Writer:
+    """A chunk writer that takes the pieces it is told to and declines the others."""
+
+    def __init__(self, takes: list[bool]) -> None:
+        self.takes = takes
+        self.written: list[bytes] = []
+
+    def write(self, body: bytes) -> bool:
+        if not self.takes.pop(0):
+            return False
+        self.written.append(body)
+        return True
+
+
+async def _pieces(n: int) -> AsyncIterator[bytes]:
+    for i in range(n):
+        yield b"data: %d\n\n" % i
+
+
+async def test_a_relay_writes_each_chunk_once_by_the_writer_or_else_as_a_message() -> None:
+    sent: list[tuple[Any, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append((message.get("body"), message.get("more_body")))
+
+    # the writer takes some pieces and declines others (a client not reading, say): every piece
+    # reaches the client exactly once, in order, and the stream's start and end are messages
+    writer = _Writer([True, False, False, True, True, False])
+    relay = Relay.encoded(_pieces(6), 200, [], "text/event-stream", sse_error_event)
+    await relay.stream_response(send, writer)
+    assert writer.written == [b"data: 0\n\n", b"data: 3\n\n", b"data: 4\n\n"]
+    assert sent == [
+        (None, None),
+        (b"data: 1\n\n", True),
+        (b"data: 2\n\n", True),
+        (b"data: 5\n\n", True),
+        (b"", False),
+    ]
+    # a broken stream's error event is a message after whatever the writer took
+    writer = _Writer([True])
+    relay = Relay.encoded(_breaking(), 200, [], "text/event-stream", sse_error_event)
+    sent.clear()
+    await relay.stream_response(send, writer)
+    assert writer.written == [b"data: 1\n\n"]
+    assert sent == [
+        (None, None),
+        (sse_error_event(502, "upstream connection broke; the response is incomplete"), True),
+        (b"", False),
+    ]

@@ -7,20 +7,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import openai
 import orjson
 import uvicorn
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.app import create_app, fast_path
 from gateway.config import load_settings
-from gateway.connections import ConnectionLimits, GuardedHttpProtocol, HeadWithBody
+from gateway.connections import ConnectionLimits, CycleWriter, GuardedHttpProtocol, HeadWithBody
 from gateway.server import DrainingServer, guard_connections, uvicorn_options
 from gateway.stack import demo_config, free_port
 
@@ -273,6 +277,63 @@ async def test_a_head_without_body_goes_out_at_the_next_turn_or_at_close() -> No
     assert raw2.calls == [("write", b"HTTP/1.1 200 OK\r\n\r\n")] and raw2.closed
 
 
+def _cycle(method: str = "POST") -> tuple[RequestResponseCycle, _Recorder]:
+    raw = _Recorder()
+    scope: Any = {"method": method, "type": "http"}
+    log = logging.getLogger("test")
+    cycle = RequestResponseCycle(
+        scope, raw, FlowControl(raw), log, log, False, [], asyncio.Event(), False, True, lambda: None
+    )
+    return cycle, raw
+
+
+def _wire(raw: _Recorder) -> bytes:
+    return b"".join(data for _, data in raw.calls)
+
+
+STREAM_HEAD = [(b"content-type", b"text/event-stream")]
+PIECES = [b"data: 1\n\n", b"data: two\n\ndata: 3\n\n", b"", b"x" * 70_000]
+
+
+async def test_a_chunk_written_directly_is_what_uvicorn_would_send_for_it() -> None:
+    by_messages, wire_a = _cycle()
+    direct, wire_b = _cycle()
+    writer = CycleWriter(direct)
+    for cycle in (by_messages, direct):
+        await cycle.send({"type": "http.response.start", "status": 200, "headers": STREAM_HEAD})
+    for piece in PIECES:
+        await by_messages.send({"type": "http.response.body", "body": piece, "more_body": True})
+        assert writer.write(piece)
+    for cycle in (by_messages, direct):
+        await cycle.send({"type": "http.response.body", "body": b"", "more_body": False})
+    assert _wire(wire_a) == _wire(wire_b)
+    assert _wire(wire_b).endswith(b"0\r\n\r\n") and direct.response_complete
+    assert not writer.write(b"late")  # the response is over: nothing more goes out
+    assert _wire(wire_a) == _wire(wire_b)
+
+
+async def test_the_direct_writer_declines_wherever_uvicorn_would_not_write_at_once() -> None:
+    cycle, raw = _cycle()
+    writer = CycleWriter(cycle)
+    assert not writer.write(b"a")  # no response started
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": STREAM_HEAD})
+    cycle.flow.pause_writing()  # the client is not reading: the message waits for it to drain
+    assert not writer.write(b"a")
+    cycle.flow.resume_writing()
+    assert writer.write(b"a")
+    cycle.disconnected = True
+    assert not writer.write(b"b")
+    # a whole body with its length, and a HEAD response, are not chunked
+    length, _ = _cycle()
+    await length.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+    assert not CycleWriter(length).write(b"abcde")
+    head, head_raw = _cycle("HEAD")
+    await head.send({"type": "http.response.start", "status": 200, "headers": STREAM_HEAD})
+    assert not CycleWriter(head).write(b"abc")
+    assert _wire(raw).endswith(b"\r\n\r\n1\r\na\r\n")  # the head, then the one piece taken
+    assert _wire(head_raw).endswith(b"\r\n\r\n")  # the head alone
+
+
 def test_responses_on_one_keep_alive_connection_arrive_whole() -> None:
     with serving() as port, _connect(port) as sock:
         for _ in range(3):
@@ -349,5 +410,50 @@ def test_a_client_that_goes_away_cancels_its_upstream_request_and_is_counted() -
                     for line in text.splitlines()
                 )
             assert counted, "the abandoned request was not recorded as 499"
+    finally:
+        upstream.close()
+
+
+class StreamingUpstream(HoldingUpstream):
+    """An upstream that answers every ``POST`` with the same short SSE stream, then closes."""
+
+    EVENTS = [b'data: {"choices":[{"index":0,"text":"%d"}]}\n\n' % i for i in range(3)] + [
+        b"data: [DONE]\n\n"
+    ]
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            head, blank, _ = _read_head(conn)
+            if not blank:
+                return
+            if not head.startswith(b"POST"):
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                return
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+            for event in self.EVENTS:
+                conn.sendall(event)
+                time.sleep(0.01)  # apart, as a model server sends them, so each is relayed on its own
+
+
+def test_a_relayed_stream_goes_out_by_the_direct_writer_and_arrives_whole(monkeypatch: Any) -> None:
+    taken: list[bytes] = []
+    write = CycleWriter.write
+
+    def counting(self: CycleWriter, body: bytes) -> bool:
+        took = write(self, body)
+        if took:
+            taken.append(body)
+        return took
+
+    monkeypatch.setattr(CycleWriter, "write", counting)
+    upstream = StreamingUpstream()
+    try:
+        with serving(upstream.url) as port:
+            body = {"model": "demo-model", "prompt": "Count.", "max_tokens": 4, "stream": True}
+            with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body) as r:
+                got = b"".join(r.iter_bytes())
+            assert r.status_code == 200 and r.headers["transfer-encoding"] == "chunked"
+            assert got == b"".join(StreamingUpstream.EVENTS)
+            assert b"".join(taken) == got  # every piece went by the writer, none as an ASGI message
     finally:
         upstream.close()
