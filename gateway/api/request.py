@@ -125,14 +125,27 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise APIError(400, "invalid Content-Length header") from None
         if declared > limit:
             raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    # The ASGI messages read here, not through Starlette's ``request.stream()``: that async generator
+    # costs a registration with the event loop per request, and it raises ``ClientDisconnect`` for a
+    # client that leaves mid-body, which no handler expects; here that client's request is a 499 like
+    # every other request whose client went away.
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise APIError(413, f"request body exceeds the limit of {limit} bytes")
-        parts.append(part)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    receive = request.receive
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.request":
+            part = message.get("body", b"")
+            if part:
+                size += len(part)
+                if size > limit:
+                    raise APIError(413, f"request body exceeds the limit of {limit} bytes")
+                parts.append(part)
+            if not message.get("more_body", False):
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+        elif kind == "http.disconnect":
+            raise APIError(499, "client closed the request")
 
 
 def json_object(body: bytes) -> dict[str, Any]:

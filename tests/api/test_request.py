@@ -7,7 +7,8 @@ import multiprocessing
 import pytest
 from starlette.requests import Request
 
-from gateway.api.request import header, new_request_id, request_id
+from gateway.api.errors import APIError
+from gateway.api.request import header, new_request_id, read_body, request_id
 
 RAW = [
     (b"host", b"gw:8000"),
@@ -51,3 +52,38 @@ def test_a_client_request_id_is_kept() -> None:
     request = Request({"type": "http", "headers": list(RAW)})
     assert request_id(request) == "caf\xe9-1"
     assert len(request_id(Request({"type": "http", "headers": []}))) == 16
+
+
+def _receiving(*messages: dict[str, object]) -> Request:
+    queue = list(messages)
+
+    async def receive() -> dict[str, object]:
+        return queue.pop(0)
+
+    return Request({"type": "http", "headers": []}, receive)
+
+
+async def test_a_body_is_read_whole_from_its_messages() -> None:
+    parts = _receiving(
+        {"type": "http.request", "body": b'{"a":', "more_body": True},
+        {"type": "http.request", "body": b"", "more_body": True},
+        {"type": "http.request", "body": b" 1}", "more_body": False},
+    )
+    assert await read_body(parts, 100) == b'{"a": 1}'
+    assert await read_body(_receiving({"type": "http.request"}), 100) == b""
+
+
+async def test_a_client_gone_mid_body_is_a_499_and_a_body_over_the_limit_a_413() -> None:
+    gone = _receiving(
+        {"type": "http.request", "body": b'{"a":', "more_body": True}, {"type": "http.disconnect"}
+    )
+    with pytest.raises(APIError) as e:
+        await read_body(gone, 100)
+    assert e.value.status == 499
+    large = _receiving(
+        {"type": "http.request", "body": b"x" * 60, "more_body": True},
+        {"type": "http.request", "body": b"x" * 60, "more_body": False},
+    )
+    with pytest.raises(APIError) as e:
+        await read_body(large, 100)
+    assert e.value.status == 413

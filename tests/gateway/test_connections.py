@@ -457,3 +457,28 @@ def test_a_relayed_stream_goes_out_by_the_direct_writer_and_arrives_whole(monkey
             assert b"".join(taken) == got  # every piece went by the writer, none as an ASGI message
     finally:
         upstream.close()
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_a_499_not_an_error(caplog: Any) -> None:
+    with serving() as port:
+        client = _connect(port)
+        client.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b'content-length: 100\r\n\r\n{"model": "demo-model", '
+        )
+        time.sleep(0.2)  # the request's task is reading the body when the connection goes
+        client.close()
+        deadline = time.monotonic() + PATIENCE_S
+        counted = False
+        while not counted and time.monotonic() < deadline:
+            with _connect(port) as probe:
+                probe.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+                _, text = _response(probe)
+            counted = any(
+                line.startswith(b"specroute_requests_total{") and b'status="499"' in line
+                for line in text.splitlines()
+            )
+        assert counted, "the abandoned request was not recorded as 499"
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], (
+        "a client leaving was logged as an error"
+    )
