@@ -12,6 +12,8 @@ runs) adds both rules:
   (when it had begun a request) and the connection is closed;
 - a request head longer than ``server.max_header_bytes`` gets a 431 and the connection is closed
   (httptools sets no limit of its own: the head would grow for as long as the time-out allows);
+- bytes that are not an HTTP/1.1 request get an OpenAI-shaped 400 (uvicorn's is plain text) and the
+  connection is closed;
 - a connection opened while ``server.max_connections`` are already open gets one OpenAI-shaped 503
   answer to its first request, with ``Connection: close``, and is closed. Connections already open
   are not disturbed.
@@ -57,6 +59,7 @@ class ConnectionLimits:
 _REFUSED = error_body(503, "the gateway has too many open connections; try again shortly")
 _HEAD_TIMEOUT = error_body(408, "the request headers did not arrive in time")
 _HEAD_TOO_LARGE = error_body(431, "the request line and headers are too large")
+_NOT_HTTP = error_body(400, "the request is not valid HTTP/1.1")
 
 
 def _closing_response(status: bytes, body: bytes) -> bytes:
@@ -133,6 +136,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                     _closing_response(b"431 Request Header Fields Too Large", _HEAD_TOO_LARGE)
                 )
                 self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """What uvicorn answers bytes that are not HTTP with (it logs ``msg``), in the API's format."""
+        self.transport.write(_closing_response(b"400 Bad Request", _NOT_HTTP))
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

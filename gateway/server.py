@@ -74,6 +74,7 @@ def app_from_env() -> ASGIApp:
 
     path = os.environ.get(CONFIG_ENV)
     settings = load_settings(path)
+    configure_logging(settings.logging.level)  # a spawned worker starts with Python's defaults
     guard_connections(settings.server)
     return fast_path(create_app(settings))
 
@@ -106,6 +107,9 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         backlog=server.backlog,
         server_header=False,
         proxy_headers=False,
+        # uvicorn's own lines (a malformed request, a port in use) through the gateway's handler and
+        # format, not a second format of uvicorn's on the same stderr
+        log_config=None,
     )
 
 

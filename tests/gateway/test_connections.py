@@ -482,3 +482,19 @@ def test_a_client_that_leaves_while_sending_its_body_is_a_499_not_an_error(caplo
     assert not [r for r in caplog.records if r.levelname == "ERROR"], (
         "a client leaving was logged as an error"
     )
+
+
+def test_bytes_that_are_not_http_get_an_api_shaped_400_and_the_connection_closes() -> None:
+    with serving() as port:
+        for garbage in (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", b"GET / HTTP/9.9 x\r\n\r\n"):
+            with _connect(port) as sock:
+                sock.sendall(garbage)
+                received = _read_until_closed(sock)  # closed by the server
+            head, _, body = received.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head
+            assert _error(body) == {
+                "message": "the request is not valid HTTP/1.1",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }

@@ -1,4 +1,5 @@
-"""A real ``specroute serve``'s access log: one whole line per request, in order, all out at SIGTERM.
+"""A real ``specroute serve``'s logs: one whole access-log line per request, in order, all out at SIGTERM,
+and every other line in the gateway's format, from every worker.
 
 The lines are written by a thread in batches (``gateway.accesslog``); a stop must not lose the batch
 still gathering, and with several workers sharing stdout no line may be cut by another's.
@@ -6,7 +7,9 @@ still gathering, and with several workers sharing stdout no line may be cut by a
 
 from __future__ import annotations
 
+import re
 import signal
+import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -74,3 +77,28 @@ def test_every_line_is_whole_and_out_once_the_gateway_stops(
         # one writer: lines in the order the requests finished
         stamps = [float(str(rec["ts"])) for rec in lines]
         assert stamps == sorted(stamps)
+
+
+#: the gateway's log format (``gateway.observability.configure_logging``)
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: \S")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_process_logs_in_the_gateways_format_uvicorn_included(
+    emulator: stack.Process, tmp_path: Path, workers: int
+) -> None:
+    down = f"http://127.0.0.1:{stack.free_port()}"  # nothing listens: each worker warns that it is unhealthy
+    config = stack.demo_config(
+        [down], [emulator.url], stack.free_port(), MODEL, "always-baseline",
+        extra={"server": {"workers": workers}},
+    )  # fmt: skip
+    gateway = stack.start_gateway(config, tmp_path)
+    with stack.running(gateway):
+        with socket.create_connection(("127.0.0.1", int(gateway.url.rsplit(":", 1)[1]))) as sock:
+            sock.sendall(b"NOT HTTP\r\n\r\n")  # uvicorn logs a warning of its own
+            assert sock.recv(65536).startswith(b"HTTP/1.1 400")
+        assert gateway.stop() in (0, -signal.SIGTERM)
+    lines = [line for line in gateway.log().splitlines() if line and not line.startswith("{")]
+    assert [line for line in lines if "is unhealthy" in line], "no worker warned of the endpoint that is down"
+    assert [line for line in lines if "uvicorn.error: Invalid HTTP request received" in line]
+    assert all(LOG_LINE.match(line) for line in lines), [line for line in lines if not LOG_LINE.match(line)]
