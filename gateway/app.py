@@ -176,6 +176,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     app.add_route("/v1/completions", routes.completions, methods=["POST"])
     app.add_route("/v1/chat/completions", routes.chat_completions, methods=["POST"])
     app.add_route("/v1/models", routes.models, methods=["GET"])
+    app.add_route("/v1/models/{model:path}", routes.model, methods=["GET"])
     app.add_route("/health", routes.health, methods=["GET"])
     app.add_route("/ready", routes.ready, methods=["GET"])
     app.add_route("/metrics", routes.metrics, methods=["GET"])

@@ -501,14 +501,36 @@ def _finish(
 
 
 async def models(request: Request) -> Response:
-    """One entry per served model, with the upstream's own fields where an endpoint answers.
+    """One entry per served model, with the upstream's own fields where an endpoint answers."""
+    gw = _gateway(request)
+    check_key(request, gw.settings.auth.api_keys)
+    entries = await _model_entries(gw)
+    data = [entries[name] for name in gw.settings.served_models()]
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+
+async def model(request: Request) -> Response:
+    """One served model's entry, as in the list (the OpenAI SDK's ``models.retrieve``); a 404 otherwise.
+
+    vLLM serves only the list: the entry comes from it, so the two always agree.
+    """
+    gw = _gateway(request)
+    check_key(request, gw.settings.auth.api_keys)
+    name = request.path_params["model"]
+    if name not in gw.models:
+        shown = name if len(name) <= 256 else name[:256] + "..."
+        return error_response(404, f"The model `{shown}` does not exist.", "model")
+    entries = await _model_entries(gw)
+    return Response(orjson.dumps(entries[name]), media_type="application/json")
+
+
+async def _model_entries(gw: Gateway) -> dict[str, dict[str, Any]]:
+    """Every served model's entry by name, with the upstream's own fields where an endpoint answers.
 
     Only fields that describe the model are kept: vLLM's ``root`` is the path of the weights on the
     upstream's disk (kept only when it is a model name), and ``parent`` and ``permission`` say
     nothing a client needs.
     """
-    gw = _gateway(request)
-    check_key(request, gw.settings.auth.api_keys)
     entries: dict[str, dict[str, Any]] = {}
     for pool in gw.upstreams.pools.values():
         ep = pool.pick()
@@ -524,8 +546,7 @@ async def models(request: Request) -> Response:
     now = int(time.time())
     for name in gw.settings.served_models():
         entries.setdefault(name, {"id": name, "object": "model", "created": now, "owned_by": "specroute"})
-    data = [entries[name] for name in gw.settings.served_models()]
-    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+    return entries
 
 
 _MODEL_FIELDS = ("id", "object", "created", "owned_by", "max_model_len")

@@ -15,7 +15,7 @@ WEIGHTS = "/mnt/models/llama-3-8b-instruct"
 
 
 def test_metrics_and_admin_need_an_api_key_when_keys_are_set(gateway: InProcess) -> None:
-    for path in ("/metrics", "/admin/routing"):
+    for path in ("/metrics", "/admin/routing", "/v1/models", f"/v1/models/{MODEL}"):
         assert gateway.request("GET", path).status_code == 401, path
         assert gateway.request("GET", path, headers={"authorization": "Bearer wrong"}).status_code == 401
         assert gateway.request("GET", path, headers=AUTH).status_code == 200, path
@@ -79,6 +79,19 @@ def test_models_list_drops_the_upstreams_weight_path() -> None:
         assert WEIGHTS not in response.text
         assert entry["id"] == MODEL and entry["owned_by"] == "vllm" and entry["max_model_len"] == 512
         assert set(entry) <= {"id", "object", "created", "owned_by", "max_model_len", "root"}
+
+
+def test_one_model_is_retrieved_as_its_list_entry_and_an_unknown_one_is_a_404() -> None:
+    with InProcess(emulator={"model": WEIGHTS}) as stack:
+        (listed,) = orjson.loads(stack.request("GET", "/v1/models").content)["data"]
+        response = stack.request("GET", f"/v1/models/{MODEL}")
+        assert response.status_code == 200
+        one = orjson.loads(response.content)
+        assert one == {**listed, "created": one["created"]} and WEIGHTS not in response.text
+        missing = stack.request("GET", "/v1/models/org/no-such-model")
+        assert missing.status_code == 404
+        err = missing.json()["error"]
+        assert err["param"] == "model" and "org/no-such-model" in err["message"]
 
 
 def test_an_upstream_5xx_reaches_the_client_as_status_and_request_id_only() -> None:

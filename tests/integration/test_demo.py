@@ -61,6 +61,7 @@ def test_sync_sdk_completions_and_chat(demo):
     )
     assert chat.choices[0].message.content
     assert [m.id for m in client.models.list().data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
 
 
 def test_streaming_sdk(demo):

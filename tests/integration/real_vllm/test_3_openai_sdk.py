@@ -24,6 +24,9 @@ def direct(baseline: VllmServer) -> str:
 
 def test_models(sdk: openai.OpenAI) -> None:
     assert [m.id for m in sdk.models.list()] == [MODEL_NAME]
+    assert sdk.models.retrieve(MODEL_NAME).id == MODEL_NAME
+    with pytest.raises(openai.NotFoundError):
+        sdk.models.retrieve("no-such-model")
 
 
 def test_completion(sdk: openai.OpenAI, direct: str) -> None:
