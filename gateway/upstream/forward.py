@@ -51,7 +51,7 @@ from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.silence import Silence
 from gateway.upstream.stream import StreamMeter
-from gateway.upstream.wire import WirePool
+from gateway.upstream.wire import Malformed, WirePool
 
 log = logging.getLogger("specroute.upstream")
 
@@ -291,6 +291,9 @@ class Upstreams:
             except TimeoutError:
                 kind = "timeout"
                 last_error = UpstreamTimeout("the upstream sent nothing in time")
+            except Malformed:
+                kind = "protocol"
+                last_error = UpstreamBroken("the upstream's answer was not valid HTTP")
             except aiohttp.ClientError as e:
                 kind = "protocol"
                 last_error = UpstreamBroken(f"the upstream connection failed: {type(e).__name__}")

@@ -51,7 +51,15 @@ class Dropped(aiohttp.ServerDisconnectedError):
 
 
 class BodyBroken(aiohttp.ClientPayloadError):
-    """The connection ended, or the response was malformed, before the response's end."""
+    """The connection ended before the response's end."""
+
+
+class Malformed(aiohttp.ClientError):
+    """The upstream's answer is not valid HTTP/1.1 (its head, or its body's framing).
+
+    Neither a connection that failed nor one that dropped: the upstream answered, wrongly. It is sent
+    elsewhere like any failed try and, when every try ends so, reported as a bad gateway (502).
+    """
 
 
 class Headers(dict[str, str]):
@@ -90,7 +98,7 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
-            self._fail(f"malformed response: {e}")
+            self._fail(f"malformed response: {e}", malformed=True)
             self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -158,14 +166,14 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, why: str, malformed: bool = False) -> None:
         response = self.response
         if response is None or response.done:
             return
         if not response.head.done():
-            response.head.set_exception(Dropped(why))
+            response.head.set_exception(Malformed(why) if malformed else Dropped(why))
         else:
-            response.fail(BodyBroken(why))
+            response.fail(Malformed(why) if malformed else BodyBroken(why))
 
 
 class WireResponse:

@@ -37,6 +37,7 @@ Answer = Literal[
     "error",
     "error_event",
     "cut_after_done",
+    "malformed",
 ]
 
 
@@ -115,6 +116,8 @@ class Scripted:
             writer.write(_response(503, b'{"error":{"message":"busy","code":503}}'))
         elif answer == "error":
             writer.write(_response(500, b'{"error":{"message":"engine failed","code":500}}'))
+        elif answer == "malformed":  # not HTTP: a status line the parser refuses
+            writer.write(b"HTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
         elif not stream:
             body = completion()
             if answer == "ok":

@@ -108,6 +108,19 @@ async def test_an_assembled_stream_that_breaks_or_ends_early_is_sent_again(broke
         assert all(name.startswith("spec") for name, _ in script.log)
 
 
+async def test_an_answer_that_is_not_http_is_sent_elsewhere_then_reported_as_a_bad_gateway():
+    async with _setup(["malformed", "ok"]) as (client, script, url):
+        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert answer.choices[0].text == "Hello there"
+        assert await _metric(url, "specroute_upstream_errors_total", kind="protocol") == 1
+        assert await _metric(url, "specroute_upstream_errors_total", kind="connect") == 0
+    async with _setup(["malformed"], retries={"attempts": 2}) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 502 and "not valid HTTP" in e.value.message
+        assert len(script.log) == 2
+
+
 async def test_resends_come_out_of_the_same_attempt_budget():
     async with _setup(["cut_body"], retries={"attempts": 2}) as (client, script, _):
         with pytest.raises(openai.APIStatusError) as e:

@@ -11,7 +11,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
-from gateway.upstream.wire import PAUSE_BYTES, BodyBroken, ConnectFailed, Dropped, WirePool, _request_head
+from gateway.upstream.wire import (
+    PAUSE_BYTES,
+    BodyBroken,
+    ConnectFailed,
+    Dropped,
+    Malformed,
+    WirePool,
+    _request_head,
+)
 from tests.upstream.scripted import read_request
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -194,17 +202,28 @@ async def test_a_connection_closed_before_the_head_raises_dropped(serve):
     assert isinstance(raised.value, aiohttp.ServerDisconnectedError)
 
 
-async def test_a_malformed_response_is_a_dropped_connection(serve):
+@pytest.mark.parametrize(
+    ("answer", "where"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", "head"),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", "body"),
+    ],
+    ids=["head", "body"],
+)
+async def test_a_malformed_response_is_malformed_not_a_dropped_connection(serve, answer, where):
     async def garbage(reader, writer):
         await server.read_request(reader)
-        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        writer.write(answer)
         await reader.read()
 
     server = await serve(garbage)
     pool = WirePool(connect_s=1.0)
-    with pytest.raises(Dropped):
-        await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
-    await asyncio.wait_for(server.closed.wait(), 5)
+    with pytest.raises(Malformed) as raised:
+        response = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+        assert where == "body" and response.status == 200
+        await response.read()
+    assert not isinstance(raised.value, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
+    await asyncio.wait_for(server.closed.wait(), 5)  # the connection is not kept
 
 
 async def test_a_refused_connection_raises_connect_failed():
