@@ -374,15 +374,33 @@ class HoldingUpstream:
             if not head.startswith(b"POST"):
                 conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
                 return
-            self.held.set()
-            conn.settimeout(PATIENCE_S)
-            with contextlib.suppress(OSError):
-                while conn.recv(65536):  # the body, then nothing until the gateway lets go
-                    pass
-                self.released.set()
+            self._post(conn)
+
+    def _post(self, conn: socket.socket) -> None:
+        self.held.set()
+        conn.settimeout(PATIENCE_S)
+        with contextlib.suppress(OSError):
+            while conn.recv(65536):  # the body, then nothing until the gateway lets go
+                pass
+            self.released.set()
 
     def close(self) -> None:
         self.listener.close()
+
+
+def _counted_499(port: int) -> bool:
+    """Whether the gateway's metrics count a request answered 499, within :data:`PATIENCE_S`."""
+    deadline = time.monotonic() + PATIENCE_S
+    while time.monotonic() < deadline:
+        with _connect(port) as probe:
+            probe.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+            _, text = _response(probe)
+        if any(
+            line.startswith(b"specroute_requests_total{") and b'status="499"' in line
+            for line in text.splitlines()
+        ):
+            return True
+    return False
 
 
 def test_a_client_that_goes_away_cancels_its_upstream_request_and_is_counted() -> None:
@@ -399,17 +417,7 @@ def test_a_client_that_goes_away_cancels_its_upstream_request_and_is_counted() -
             assert upstream.held.wait(PATIENCE_S), "the request never reached the upstream"
             client.close()
             assert upstream.released.wait(PATIENCE_S), "the upstream request outlived its client"
-            deadline = time.monotonic() + PATIENCE_S
-            counted = False
-            while not counted and time.monotonic() < deadline:
-                with _connect(port) as probe:
-                    probe.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-                    _, text = _response(probe)
-                counted = any(
-                    line.startswith(b"specroute_requests_total{") and b'status="499"' in line
-                    for line in text.splitlines()
-                )
-            assert counted, "the abandoned request was not recorded as 499"
+            assert _counted_499(port), "the abandoned request was not recorded as 499"
     finally:
         upstream.close()
 
@@ -421,18 +429,11 @@ class StreamingUpstream(HoldingUpstream):
         b"data: [DONE]\n\n"
     ]
 
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            head, blank, _ = _read_head(conn)
-            if not blank:
-                return
-            if not head.startswith(b"POST"):
-                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
-                return
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
-            for event in self.EVENTS:
-                conn.sendall(event)
-                time.sleep(0.01)  # apart, as a model server sends them, so each is relayed on its own
+    def _post(self, conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        for event in self.EVENTS:
+            conn.sendall(event)
+            time.sleep(0.01)  # apart, as a model server sends them, so each is relayed on its own
 
 
 def test_a_relayed_stream_goes_out_by_the_direct_writer_and_arrives_whole(monkeypatch: Any) -> None:
@@ -468,17 +469,7 @@ def test_a_client_that_leaves_while_sending_its_body_is_a_499_not_an_error(caplo
         )
         time.sleep(0.2)  # the request's task is reading the body when the connection goes
         client.close()
-        deadline = time.monotonic() + PATIENCE_S
-        counted = False
-        while not counted and time.monotonic() < deadline:
-            with _connect(port) as probe:
-                probe.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-                _, text = _response(probe)
-            counted = any(
-                line.startswith(b"specroute_requests_total{") and b'status="499"' in line
-                for line in text.splitlines()
-            )
-        assert counted, "the abandoned request was not recorded as 499"
+        assert _counted_499(port), "the abandoned request was not recorded as 499"
     assert not [r for r in caplog.records if r.levelname == "ERROR"], (
         "a client leaving was logged as an error"
     )
