@@ -1,23 +1,26 @@
 """What relaying a stream costs a proxy per chunk, when the chunks come apart as a model server sends them.
 
-    python -m tests.upstream.relay_cost [--peer specroute|vllm-router] [--rate 20] [--duration 10]
+    python -m tests.upstream.relay_cost [--peer specroute|vllm-router|floor-raw|floor-asgi-wire]
+        [--rate 20] [--duration 10] [--instructions]
 
 An upstream stub (``../shared/tools/peer_bench/upstream_stub.py``) streams ``--chunks`` SSE chunks per
 completion, ``--gap-ms`` apart (200 chunks 5 ms apart: a second-long answer, one chunk per engine step);
 the peer-bench load generator opens ``--rate`` such streams a second through the proxy for ``--duration``
 seconds (about ``rate * chunks * gap`` streams at once), and the proxy's CPU time over the run (user +
 system, from ``/proc``) is divided by the chunks it relayed. The proxies are started by the peer-bench
-scripts (``run_specroute.sh`` installs this checkout), on loopback ports, and stopped at the end.
+scripts (``run_specroute.sh`` installs this checkout), on loopback ports, and stopped at the end; the
+two floors are the forwarding-only proxies of :mod:`tests.upstream.floor_proxies` (``raw`` and
+``asgi-wire``), run from this checkout.
 
 The peer-bench harness (``setup_harness.sh``) must have been set up; run from the repository root.
 A streamed request's per-request work (validation, routing, observation) is in the figure too, spread
 over its chunks. Not a test: a benchmark that prints figures.
 
 CPU time per chunk moves by a tenth between runs on a shared machine. ``--instructions`` counts instead
-what the gateway's event loop executes per chunk relayed: this checkout's gateway (the virtual
-environment's Python, from the repository root) runs under ``valgrind --tool=callgrind``, counting only
-while the measured streams run (about 80,000 instructions a chunk, the same to within 0.5 % from run
-to run). Valgrind slows the gateway some fifty times: give it one stream a second,
+what the proxy's event loop executes per chunk relayed: this checkout's gateway or floor (this Python,
+from the repository root) runs under ``valgrind --tool=callgrind``, counting only while the measured
+streams run (the gateway: about 80,000 instructions a chunk, the same to within 0.5 % from run to
+run). Valgrind slows a proxy some fifty times: give it one stream a second,
 ``--instructions --rate 1 --duration 10``.
 """
 
@@ -67,18 +70,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--peer", choices=["specroute", "vllm-router"], default="specroute")
+    parser.add_argument(
+        "--peer", choices=["specroute", "vllm-router", "floor-raw", "floor-asgi-wire"], default="specroute"
+    )
     parser.add_argument("--rate", type=float, default=20.0, help="streams opened a second")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds measured")
     parser.add_argument("--chunks", type=int, default=200, help="chunks a stream")
     parser.add_argument("--gap-ms", type=float, default=5.0, help="time between a stream's chunks")
     parser.add_argument("--port", type=int, default=18400, help="the stub's; the proxy's is the next one up")
     parser.add_argument(
-        "--instructions", action="store_true", help="count this checkout's instructions a chunk (callgrind)"
+        "--instructions", action="store_true", help="count the proxy's instructions a chunk (callgrind)"
     )
     args = parser.parse_args()
-    if args.instructions and args.peer != "specroute":
-        parser.error("--instructions counts this checkout's gateway only (--peer specroute)")
+    if args.instructions and args.peer == "vllm-router":
+        parser.error("--instructions counts this checkout's proxies only (not --peer vllm-router)")
     if not HARNESS.exists():
         raise SystemExit(f"no harness at {HARNESS}: run {BENCH / 'setup_harness.sh'} first")
     stub_port, proxy_port = args.port, args.port + 2  # the router's metrics take the port after its own
@@ -89,16 +94,16 @@ def main() -> None:
         stub = [str(HARNESS), str(BENCH / "upstream_stub.py"), "--port", str(stub_port)]
         stub += ["--stream-chunks", str(args.chunks), "--chunk-delay-ms", str(args.gap_ms)]
         procs.append(subprocess.Popen(stub, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        script = "run_specroute.sh" if args.peer == "specroute" else "run_vllm_router.sh"
-        extra = [] if args.peer == "specroute" else ["--policy", "round_robin"]
         env = {**os.environ, "SPECROUTE_SRC": str(ROOT)}
         url = f"http://127.0.0.1:{proxy_port}"
         with tempfile.TemporaryDirectory() as tmp:
+            counts = Path(tmp) / "callgrind.out"
+            cmd = _command(args.peer, proxy_port, upstream, Path(tmp), args.instructions)
             if args.instructions:
-                counts = Path(tmp) / "callgrind.out"
-                cmd = _under_callgrind(proxy_port, upstream, Path(tmp), counts)
-            else:
-                cmd = ["bash", str(BENCH / script), str(proxy_port), upstream, *extra]
+                cmd = [
+                    "valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
+                    f"--callgrind-out-file={counts}", *cmd,
+                ]  # fmt: skip
             procs.append(
                 subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
@@ -111,10 +116,9 @@ def main() -> None:
             target = _loadgen(url, args.rate, args.duration, Path(tmp) / "run.json")
             used_s = usage.cpu_seconds()
             if args.instructions:
-                subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
-                os.kill(pid, signal.SIGINT)
-                procs.pop().wait(120)
-                pid = 0
+                # the counts as they stand (a floor proxy idle in its event loop would not see a SIGINT)
+                for command in ("-i", "off"), ("-d",):
+                    subprocess.run(["callgrind_control", *command, str(pid)], check=True, capture_output=True)
                 executed = _event_loop_instructions(counts)
         streams = int(str(target["ok"]))
         if not streams or target["errors"]:
@@ -122,7 +126,7 @@ def main() -> None:
         if args.instructions:
             per_chunk = executed / (streams * args.chunks)
             print(
-                f"specroute under callgrind: {streams} streams of {args.chunks} chunks {args.gap_ms:g} ms "
+                f"{args.peer} under callgrind: {streams} streams of {args.chunks} chunks {args.gap_ms:g} ms "
                 f"apart: {per_chunk:,.0f} instructions of the event loop a chunk"
             )
             return
@@ -138,7 +142,7 @@ def main() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)  # the proxy itself, wherever its launcher started it
         for proc in reversed(procs):
-            proc.terminate()
+            proc.terminate()  # under valgrind the proxy's pid is its own: the SIGTERM above ends it
         for proc in procs:
             try:
                 proc.wait(10)
@@ -146,10 +150,16 @@ def main() -> None:
                 proc.kill()
 
 
-def _under_callgrind(port: int, upstream: str, tmp: Path, counts: Path) -> list[str]:
-    """This checkout's gateway, configured as ``run_specroute.sh`` configures it, under callgrind with
-    counting off until the measured run (start-up and warm-up left out)."""
-    config = tmp / "specroute.yaml"
+def _command(peer: str, port: int, upstream: str, tmp: Path, here: bool) -> list[str]:
+    """How to start ``peer`` on ``port`` in front of ``upstream``; the gateway in this Python when ``here``
+    (as ``run_specroute.sh`` configures it, which installs the checkout in the harness's own environment)."""
+    if peer == "vllm-router":
+        return ["bash", str(BENCH / "run_vllm_router.sh"), str(port), upstream, "--policy", "round_robin"]
+    if peer.startswith("floor-"):
+        mode = peer.removeprefix("floor-")
+        return [sys.executable, "-m", "tests.upstream.floor_proxies", mode, str(port), upstream]
+    if not here:
+        return ["bash", str(BENCH / "run_specroute.sh"), str(port), upstream]
     pools = {
         name: {"endpoints": [{"name": f"{name[:4]}-0", "url": upstream}], "models": ["stub-model"]}
         for name in ("speculative", "baseline")
@@ -160,19 +170,22 @@ def _under_callgrind(port: int, upstream: str, tmp: Path, counts: Path) -> list[
         "pools": pools,
         "logging": {"level": "warning"},
     }
+    config = tmp / "specroute.yaml"
     config.write_text(json.dumps(settings))  # JSON is YAML
-    return [
-        "valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
-        f"--callgrind-out-file={counts}", sys.executable, "-m", "gateway", "serve", "--config", str(config),
-    ]  # fmt: skip
+    return [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
 
 
 def _event_loop_instructions(counts: Path) -> int:
-    """Instructions of the main thread (the event loop), from callgrind's per-thread file ``-01``."""
-    for line in Path(f"{counts}-01").read_text().splitlines():
-        if line.startswith("totals:"):
-            return int(line.split()[1])
-    raise SystemExit(f"no totals in {counts}-01")
+    """Instructions of the main thread (the event loop), from the first dump's file for thread 1."""
+    dump = Path(f"{counts}.1-01")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if dump.exists():
+            for line in dump.read_text().splitlines():
+                if line.startswith("totals:"):
+                    return int(line.split()[1])
+        time.sleep(0.5)  # callgrind writes the dump when the process next runs
+    raise SystemExit(f"no totals in {dump}")
 
 
 if __name__ == "__main__":
