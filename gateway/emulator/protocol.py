@@ -189,6 +189,24 @@ def _stops(d: dict[str, Any]) -> list[str]:
     raise _type_error("string_type", "stop", stop)
 
 
+def _unsupported(chat: bool, d: dict[str, Any]) -> str | None:
+    """A completion field that would change vLLM's answer but that the emulator does not model, if set:
+    refused like ``n > 1`` rather than ignored, so that no answer looks right and is not."""
+    if chat:
+        return None
+    if _get_bool(d, "echo", False):
+        return "echo"
+    best_of = _get_int(d, "best_of", None)
+    if best_of is not None and best_of != 1:
+        return "best_of"
+    suffix = d.get("suffix")
+    if suffix is not None:
+        if not isinstance(suffix, str):
+            raise _type_error("string_type", "suffix", suffix)
+        return "suffix"
+    return None
+
+
 def _acceptance_override(d: dict[str, Any]) -> float | None:
     xargs = d.get("vllm_xargs")
     if xargs is None:
@@ -311,6 +329,7 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
     temperature = _get_float(d, "temperature", None)
     seed = _get_int(d, "seed", None)
     n = _get_int(d, "n", 1)
+    unsupported = _unsupported(chat, d)
     return_token_ids = _get_bool(d, "return_token_ids", False)
     include_stop = _get_bool(d, "include_stop_str_in_output", False)
     stops = _stops(d)
@@ -343,6 +362,8 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
     # -- semantic checks (400 BadRequestError) --
     if n is not None and n != 1:
         raise bad_request(f"n={n} is not supported by this emulator; only n=1 is.", "n")
+    if unsupported is not None:
+        raise bad_request(f"{unsupported} is not supported by this emulator.", unsupported)
     if temperature is not None and temperature < 0:
         raise bad_request(f"temperature must be non-negative, got {temperature}.", "temperature")
     if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:

@@ -196,6 +196,13 @@ def test_validation_errors_400(spec: Emu) -> None:
         "param": "n",
         "code": 400,
     }
+    # what the emulator does not model is refused, never silently ignored
+    for field, value in (("echo", True), ("best_of", 2), ("suffix", "end")):
+        r = spec.post("/v1/completions", {"model": MODEL, "prompt": "x", field: value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == field
+        assert r.json()["error"]["message"] == f"{field} is not supported by this emulator."
+    for field, value in (("echo", False), ("best_of", 1), ("best_of", None), ("suffix", None)):
+        assert spec.post("/v1/completions", {"model": MODEL, "prompt": "x", field: value}).status_code == 200
 
 
 # -- semantics --------------------------------------------------------------------------------------
