@@ -19,6 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
+from gateway.api.edge import check_model
 from gateway.api.errors import APIError, error_response, from_upstream, sse_error_event
 from gateway.api.request import (
     check_key,
@@ -517,9 +518,7 @@ async def model(request: Request) -> Response:
     gw = _gateway(request)
     check_key(request, gw.settings.auth.api_keys)
     name = request.path_params["model"]
-    if name not in gw.models:
-        shown = name if len(name) <= 256 else name[:256] + "..."
-        return error_response(404, f"The model `{shown}` does not exist.", "model")
+    check_model(name, gw.models)
     entries = await _model_entries(gw)
     return Response(orjson.dumps(entries[name]), media_type="application/json")
 
