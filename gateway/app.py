@@ -80,7 +80,8 @@ def new_session(keys: UpstreamKeys | None = None) -> aiohttp.ClientSession:
 
     httpx's own pool costs about 1 ms of CPU per request here (it polls every idle connection on
     each request); aiohttp's costs a fifth of that. No connection cap: long streams must never queue
-    behind each other inside the gateway. Bodies pass through as they are (no decompression).
+    behind each other inside the gateway. Bodies are not decompressed by default: httpx decodes its own,
+    and forwarding asks for decoding per request.
 
     Idle connections are dropped after 4 s, before vLLM's server does (uvicorn's keep-alive, 5 s), so a
     request rarely goes out on a connection the server is just closing (forwarding then sends it again).

@@ -412,8 +412,16 @@ class Upstreams:
             return await post()
 
     async def _aiohttp(self, method: str, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        # decoded here, unlike the session's other calls (httpx decodes those itself): the gateway relays
+        # the content type only, so a body compressed against the request's ``identity`` must be read plain
         response = await self.session.request(
-            method, url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
+            method,
+            url,
+            data=body,
+            headers=headers,
+            timeout=self._timeout,
+            allow_redirects=False,
+            auto_decompress=True,
         )
         return _AiohttpResponse(response)
 

@@ -19,6 +19,11 @@ forwarder handles both clients' failures alike:
 - :class:`BodyBroken` (a ``ClientPayloadError``): it closed, reset or sent something unparsable in the
   middle of the response.
 
+The gateway asks for ``accept-encoding: identity``, but a server or a proxy in front of it may compress
+anyway. A ``gzip`` or ``deflate`` body is decoded here, as aiohttp decodes it on the TLS path, so the
+forwarder always reads the body itself (it relays only the content type, never the encoding); any other
+coding is :class:`Malformed`, since the gateway could neither read nor relay it.
+
 A response is read to its end and :meth:`WireResponse.release`-d, which puts its connection back in the
 pool (when both sides keep it alive), or :meth:`WireResponse.close`-d, which closes the connection and
 so aborts the upstream request. Idle connections are reused most recent first and closed after
@@ -31,6 +36,7 @@ import asyncio
 import contextlib
 import socket
 import time
+import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import cast, overload
@@ -60,6 +66,11 @@ class Malformed(aiohttp.ClientError):
     Neither a connection that failed nor one that dropped: the upstream answered, wrongly. It is sent
     elsewhere like any failed try and, when every try ends so, reported as a bad gateway (502).
     """
+
+
+_DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + zlib.MAX_WBITS}
+"""zlib's window setting per content coding: a gzip member, or zlib's own format (what ``deflate``
+means in HTTP; 32 + lets zlib tell it from gzip by the header)."""
 
 
 class Headers(dict[str, str]):
@@ -132,6 +143,13 @@ class _Connection(asyncio.Protocol):
             response.headers.clear()
             return
         headers = response.headers
+        coding = headers.pop("content-encoding", "identity").strip().lower()
+        if coding not in ("identity", ""):
+            if coding not in _DECODERS:
+                self._fail(f"the upstream's answer has content-encoding {coding!r}", malformed=True)
+                self.abort()
+                return
+            response.wbits = _DECODERS[coding]
         response.until_close = (
             "content-length" not in headers
             and "chunked" not in (headers.get("transfer-encoding") or "").lower()
@@ -142,7 +160,18 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         response = self.response
-        if response is not None:
+        if response is not None and not response.done:
+            if response.wbits:
+                if response.decoder is None:
+                    response.decoder = zlib.decompressobj(response.wbits)
+                try:
+                    body = response.decoder.decompress(body)
+                except zlib.error as e:
+                    self._fail(f"the upstream's compressed body cannot be decoded: {e}", malformed=True)
+                    self.abort()
+                    return
+                if not body:
+                    return
             response.feed(body)
             if response.buffered > PAUSE_BYTES and not self._paused and self.transport is not None:
                 self._paused = True
@@ -185,12 +214,14 @@ class WireResponse:
         "_pieces",
         "_waiter",
         "buffered",
+        "decoder",
         "done",
         "head",
         "headers",
         "keep_alive",
         "status",
         "until_close",
+        "wbits",
     )
 
     def __init__(self, conn: _Connection, head: asyncio.Future[None]):
@@ -202,6 +233,8 @@ class WireResponse:
         self.keep_alive = False
         self.done = False
         self.buffered = 0
+        self.wbits = 0  # a compressed body's zlib window setting (0: not compressed)
+        self.decoder: zlib._Decompress | None = None  # from its first byte
         self._pieces: deque[bytes] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
@@ -213,10 +246,23 @@ class WireResponse:
         self._wake()
 
     def finish(self) -> None:
+        if self.done:
+            return
+        decoder = self.decoder
+        if decoder is not None:
+            if not decoder.eof:  # the compressed stream stops short: its end never came
+                self.fail(BodyBroken("the upstream's compressed body ended before its end"))
+                self._conn.abort()
+                return
+            rest = decoder.flush()
+            if rest:
+                self.feed(rest)
         self.done = True
         self._wake()
 
     def fail(self, error: BaseException) -> None:
+        if self.done:
+            return
         self._error = error
         self.done = True
         self._wake()

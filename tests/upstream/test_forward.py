@@ -7,6 +7,7 @@ the gateway's real forwarding code and aiohttp pool see a real FIN on a real soc
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -172,3 +173,41 @@ async def test_a_body_already_here_is_read_without_a_timer_and_one_still_coming_
     finally:
         server.close()
         await server.wait_closed()
+
+
+@pytest.mark.parametrize("client", ["lean", "aiohttp"])
+async def test_an_answer_compressed_against_the_request_is_read_decoded_by_either_client(
+    client: str, monkeypatch: pytest.MonkeyPatch
+):
+    """The gateway asks for ``identity`` and relays only the content type: an upstream (or a proxy in
+    front of it) that gzips anyway must still give the forwarder the plain answer, on the lean client
+    and on aiohttp's (which carries TLS endpoints)."""
+    heads: list[bytes] = []
+
+    async def gzipping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, _ = await read_request(reader)
+        heads.append(head)
+        packed = gzip.compress(ANSWER)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(packed), packed)
+        )
+        await writer.drain()
+        writer.close()
+
+    if client == "aiohttp":
+        monkeypatch.setattr(Upstreams, "_target", lambda self, endpoint: None)
+    server = await asyncio.start_server(gzipping, "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        endpoints = {"endpoints": [{"name": "base-0", "url": url}], "models": ["m"]}
+        other = {"endpoints": [{"name": "spec-0", "url": "http://127.0.0.1:9"}], "models": ["m"]}
+        settings = load_settings(overrides={"pools": {"baseline": endpoints, "speculative": other}})
+        async with upstreams_for(settings) as upstreams:
+            headers = {"accept-encoding": "identity"}
+            sent = await upstreams.send("/v1/completions", BODY, headers, "baseline", allow_failover=False)
+            assert await upstreams.read_all(sent) == ANSWER
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert b"accept-encoding: identity" in heads[0].lower()

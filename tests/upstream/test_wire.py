@@ -6,6 +6,8 @@ Every test runs on asyncio's loop and on uvloop's, which the gateway runs on (se
 from __future__ import annotations
 
 import asyncio
+import gzip
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -337,4 +339,88 @@ async def test_chunks_that_arrived_together_after_the_first_are_read_as_one_piec
     more.set()
     assert [piece async for piece in chunks] == [b"data: 5\n\n"]
     r.release()
+    pool.close()
+
+
+def _compressed(data: bytes, coding: str) -> bytes:
+    return gzip.compress(data) if coding in ("gzip", "x-gzip") else zlib.compress(data)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "x-gzip", "deflate"])
+async def test_a_compressed_body_is_read_decoded_and_the_connection_kept(serve, coding):
+    """An upstream that compresses although asked for ``identity``: the forwarder reads plain bytes."""
+    body = b'{"choices": [{"text": "' + b"hello " * 200 + b'"}]}'
+
+    async def compressing(reader, writer):
+        while True:
+            await server.read_request(reader)
+            extra = b"content-encoding: %s\r\n" % coding.upper().encode()
+            writer.write(_answer(_compressed(body, coding), extra))
+
+    server = await serve(compressing)
+    pool = WirePool(connect_s=1.0)
+    for _ in range(2):
+        r = await pool.request("POST", "127.0.0.1", server.port, "/v1/completions", {}, b"{}")
+        assert "content-encoding" not in r.headers  # what is read is no longer encoded
+        assert await r.read() == body
+        r.release()
+    assert server.connections == 1
+    pool.close()
+
+
+async def test_a_compressed_stream_is_decoded_piece_by_piece(serve):
+    events = [b'data: {"n": %d}\n\n' % i for i in range(3)]
+    encoder = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    frames = [encoder.compress(e) + encoder.flush(zlib.Z_SYNC_FLUSH) for e in events]
+    frames[-1] += encoder.flush()
+    step = asyncio.Event()
+
+    async def streaming(reader, writer):
+        await server.read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        for frame in frames:
+            writer.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+            await writer.drain()
+            await step.wait()
+            step.clear()
+        writer.write(b"0\r\n\r\n")
+        await reader.read()
+
+    server = await serve(streaming)
+    pool = WirePool(connect_s=1.0)
+    r = await pool.request("POST", "127.0.0.1", server.port, "/v1/completions", {}, b"{}")
+    chunks = r.chunks()
+    for event in events:
+        assert await anext(chunks) == event  # each event as soon as its frame arrives
+        step.set()
+    assert [piece async for piece in chunks] == []
+    assert r.arrived
+    r.release()
+    pool.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (_answer(b"\x1b\x00\x00", b"content-encoding: br\r\n"), Malformed),  # not decodable here
+        (_answer(b"not gzip at all", b"content-encoding: gzip\r\n"), Malformed),
+        (_answer(gzip.compress(b"x" * 1000)[:-12], b"content-encoding: gzip\r\n"), BodyBroken),  # cut short
+    ],
+    ids=["unknown-coding", "not-compressed", "truncated"],
+)
+async def test_a_compressed_body_that_cannot_be_read_fails_the_response(serve, answer, error):
+    async def broken(reader, writer):
+        await server.read_request(reader)
+        writer.write(answer)
+        await reader.read()
+
+    server = await serve(broken)
+    pool = WirePool(connect_s=1.0)
+    with pytest.raises(error):
+        response = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+        await response.read()
+    await asyncio.wait_for(server.closed.wait(), 5)  # the connection is not kept
     pool.close()
