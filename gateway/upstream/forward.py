@@ -285,9 +285,15 @@ class Upstreams:
                 kind, last_error = "status_5xx", _reported_status(e.status, e.body, endpoint)
                 if e.status in _BUSY:
                     kind = "busy"
+            except _ClosedEarly:
+                kind, last_error = "protocol", UpstreamBroken("the upstream's answer was empty")
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
-                kind = "connect"
-                last_error = Unreachable("no upstream endpoint could be reached")
+                if response is None:
+                    kind = "connect"
+                    last_error = Unreachable("no upstream endpoint could be reached")
+                else:  # the endpoint answered; its answer broke off before the first byte of its body
+                    kind = "protocol"
+                    last_error = UpstreamBroken("the upstream's answer broke off before its body")
             except TimeoutError:
                 kind = "timeout"
                 last_error = UpstreamTimeout("the upstream sent nothing in time")
@@ -589,12 +595,12 @@ def _close(response: Response, complete: bool) -> None:
 
 
 class _ClosedEarly(aiohttp.ClientConnectionError):
-    """The upstream ended a response without sending a byte of it."""
+    """The upstream ended a successful response without sending a byte of its body."""
 
 
-# Failures before any response byte that mean "nobody answered": refused, reset, a pooled keep-alive
+# Failures before the response's head that mean "nobody answered": refused, reset, a pooled keep-alive
 # connection found dead, or closed mid-headers. Safe to retry; when every attempt ends so, the gateway
-# says 503.
+# says 503. After the head they mean the endpoint answered and broke off: a protocol failure, a 502.
 _UNREACHABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 

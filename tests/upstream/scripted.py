@@ -38,6 +38,8 @@ Answer = Literal[
     "error_event",
     "cut_after_done",
     "malformed",
+    "empty",
+    "cut_after_head",
 ]
 
 
@@ -118,6 +120,10 @@ class Scripted:
             writer.write(_response(500, b'{"error":{"message":"engine failed","code":500}}'))
         elif answer == "malformed":  # not HTTP: a status line the parser refuses
             writer.write(b"HTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+        elif answer == "empty":  # a success with nothing in it
+            writer.write(_response(200, b""))
+        elif answer == "cut_after_head":  # the head, then the connection closes before any of the body
+            writer.write(_response(200, completion())[: -len(completion())])
         elif not stream:
             body = completion()
             if answer == "ok":

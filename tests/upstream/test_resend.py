@@ -121,6 +121,31 @@ async def test_an_answer_that_is_not_http_is_sent_elsewhere_then_reported_as_a_b
         assert len(script.log) == 2
 
 
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [("empty", "was empty"), ("cut_after_head", "broke off before its body")],
+)
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_answer_without_a_body_is_sent_elsewhere_then_reported_as_a_bad_gateway(
+    broken, message, stream
+):
+    """The endpoint was reached and answered: a protocol failure (502), not an unreachable one (503)."""
+    async with _setup([broken, "ok"]) as (client, script, url):
+        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=stream)
+        if stream:
+            assert "".join([c.choices[0].text async for c in answer if c.choices]) == "Hello there"
+        else:
+            assert answer.choices[0].text == "Hello there"
+        assert script.log[0][0] != script.log[1][0]
+        assert await _metric(url, "specroute_upstream_errors_total", kind="protocol") == 1
+        assert await _metric(url, "specroute_upstream_errors_total", kind="connect") == 0
+    async with _setup([broken], retries={"attempts": 2}) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=stream)
+        assert e.value.status_code == 502 and message in e.value.message
+        assert len(script.log) == 2
+
+
 async def test_resends_come_out_of_the_same_attempt_budget():
     async with _setup(["cut_body"], retries={"attempts": 2}) as (client, script, _):
         with pytest.raises(openai.APIStatusError) as e:
@@ -183,3 +208,15 @@ async def test_a_stream_broken_past_resumption_ends_with_an_error_event_and_done
         error = orjson.loads(events[-2][len(b"data: ") :])["error"]
         assert error["code"] == 502 and error["type"] == "BadGatewayError"
         assert events[-1] == b"data: [DONE]"
+
+
+async def test_a_passed_through_post_whose_answer_broke_off_is_not_sent_again():
+    """A POST the gateway does not know may have been acted on once its endpoint answered: it goes out
+    once, and the break is reported."""
+    async with _setup(["cut_after_head", "ok"]) as (_, script, url):
+        async with httpx.AsyncClient() as http:
+            r = await http.post(
+                url + "/v1/score", json={"model": "m", "text_1": "a", "text_2": "b"}, timeout=10
+            )
+        assert r.status_code == 502 and "broke off" in r.json()["error"]["message"]
+        assert [a for _, a in script.log] == ["cut_after_head"]
