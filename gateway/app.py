@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from gateway.upstream.credentials import UpstreamKeys
 from gateway.upstream.forward import Upstreams
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import Scraper
+from gateway.upstream.tls import context as tls_context
 
 log = logging.getLogger("specroute")
 
@@ -75,7 +77,7 @@ def speculative_k(pools: dict[PoolName, Pool], scraper: Scraper | None) -> Calla
     return k
 
 
-def new_session(keys: UpstreamKeys | None = None) -> aiohttp.ClientSession:
+def new_session(keys: UpstreamKeys | None = None, tls: ssl.SSLContext | None = None) -> aiohttp.ClientSession:
     """The one upstream connection pool: aiohttp's.
 
     httpx's own pool costs about 1 ms of CPU per request here (it polls every idle connection on
@@ -86,11 +88,14 @@ def new_session(keys: UpstreamKeys | None = None) -> aiohttp.ClientSession:
     Idle connections are dropped after 4 s, before vLLM's server does (uvicorn's keep-alive, 5 s), so a
     request rarely goes out on a connection the server is just closing (forwarding then sends it again).
 
-    With upstream API keys configured, a middleware adds each upstream's key to every call to it.
+    With upstream API keys configured, a middleware adds each upstream's key to every call to it;
+    ``tls`` (from ``upstream_tls``) checks every ``https://`` endpoint, else the system's CAs do.
     """
     return aiohttp.ClientSession(
         middlewares=(keys.middleware,) if keys else (),
-        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4, enable_cleanup_closed=True),
+        connector=aiohttp.TCPConnector(
+            limit=0, keepalive_timeout=4, enable_cleanup_closed=True, ssl=True if tls is None else tls
+        ),
         auto_decompress=False,
         trust_env=False,
         skip_auto_headers=("User-Agent",),
@@ -126,10 +131,11 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     metrics = Metrics()
     pools = build_pools(settings)
     keys = UpstreamKeys(settings, pools)  # read now: a missing key stops start-up, not a request
+    tls = tls_context(settings.upstream_tls)  # the same for the CA and client certificate files
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        session = new_session(keys)
+        session = new_session(keys, tls)
         client = new_client(settings, session)
         scraper = Scraper(client, pools, metrics, settings.routing.scrape_interval_s)
         routing = policy or build_policy(settings, pools, scraper, metrics)

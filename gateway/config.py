@@ -302,6 +302,33 @@ class RoutingConfig(_Strict):
     seed: int | None = Field(default=None, description="seeds exploration, for reproducible runs")
 
 
+class UpstreamTLSConfig(_Strict):
+    """How the gateway checks ``https://`` endpoints, and the certificate it shows them (mutual TLS).
+
+    One for every upstream: both pools serve the same model, usually behind the same CA.
+    """
+
+    ca_file: Path | None = Field(
+        default=None,
+        description="PEM bundle of the CAs that sign the upstreams' certificates; default: the system's",
+    )
+    cert_file: Path | None = Field(
+        default=None, description="PEM client certificate (and its chain) for upstreams that ask for one"
+    )
+    key_file: Path | None = Field(
+        default=None, description="the client certificate's private key, when not in cert_file"
+    )
+    verify: bool = Field(
+        default=True, description="check the upstreams' certificates and host names (off: for tests only)"
+    )
+
+    @model_validator(mode="after")
+    def _key_needs_cert(self) -> UpstreamTLSConfig:
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("`key_file` needs `cert_file`")
+        return self
+
+
 class LoggingConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = Field(default=True, description="one JSON line per request on stdout")
@@ -353,6 +380,7 @@ class Settings(BaseSettings):
     limits: LimitsConfig = LimitsConfig()
     cors: CorsConfig = CorsConfig()
     routing: RoutingConfig = RoutingConfig()
+    upstream_tls: UpstreamTLSConfig = UpstreamTLSConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @classmethod

@@ -138,10 +138,12 @@ def shared_metrics_dir() -> Iterator[Path]:
 def serve(settings: Settings, config_path: Path | None = None) -> None:
     from gateway.app import create_app, fast_path
     from gateway.upstream.credentials import UpstreamKeys
+    from gateway.upstream.tls import context as tls_context
 
     configure_logging(settings.logging.level)
     server = settings.server
     UpstreamKeys(settings, {})  # every upstream key readable, or a ConfigError before serving
+    tls_context(settings.upstream_tls)  # and every upstream TLS file
     check_listen_address(server.host, server.port)
     guard_connections(server)
     common = uvicorn_options(settings)

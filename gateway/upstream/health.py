@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections.abc import Iterator
 
 import httpx
@@ -70,6 +71,12 @@ def failure(error: httpx.HTTPError, timeout_s: float) -> str:
             return f"cannot resolve the host name: {e.strerror}"
         if isinstance(e, ConnectionResetError):
             return "connection reset"
+        # ssl's own errors, not aiohttp's wrappers of them (which subclass them without their fields)
+        if type(e) is ssl.SSLCertVerificationError:
+            why = e.verify_message or e.reason
+            return f"its TLS certificate is not trusted: {why} (upstream_tls.ca_file names the CA to trust)"
+        if type(e) is ssl.SSLError:
+            return f"TLS failed: {e.reason or e}"
     if isinstance(error, httpx.TimeoutException):
         return f"no answer within {timeout_s:g} s (health.timeout_s)"
     return str(error).strip() or type(error).__name__

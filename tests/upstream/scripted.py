@@ -9,6 +9,7 @@ Every answer closes its connection, so the gateway's pool never holds a half-rea
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -92,11 +93,13 @@ class Scripted:
     name: str
     script: Script
     server: asyncio.Server | None = None
+    https: bool = False
 
     @property
     def url(self) -> str:
         assert self.server is not None
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        scheme = "https" if self.https else "http"
+        return f"{scheme}://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -159,13 +162,15 @@ def _response(status: int, body: bytes) -> bytes:
 
 
 @asynccontextmanager
-async def serving(script: Script, *names: str) -> AsyncIterator[list[Scripted]]:
-    """One listening :class:`Scripted` per name, sharing ``script``; closed on exit."""
+async def serving(
+    script: Script, *names: str, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[list[Scripted]]:
+    """One listening :class:`Scripted` per name, sharing ``script``, over TLS with ``tls``; closed on exit."""
     async with AsyncExitStack() as stack:
         servers = []
         for name in names:
-            s = Scripted(name, script)
-            s.server = await asyncio.start_server(s.handle, "127.0.0.1", 0)
+            s = Scripted(name, script, https=tls is not None)
+            s.server = await asyncio.start_server(s.handle, "127.0.0.1", 0, ssl=tls)
             stack.push_async_callback(s.server.wait_closed)
             stack.callback(s.server.close)
             servers.append(s)

@@ -1,13 +1,12 @@
 """A non-streamed request whose upstream body breaks is sent again: the client has seen nothing.
 
-The gateway runs on uvicorn on loopback in front of scripted raw-socket upstreams
-(:mod:`tests.upstream.scripted`); the client is the real ``openai`` SDK with its own retries off, so
-every failure the gateway lets through is seen.
+The gateway runs on uvicorn on loopback (:func:`tests.upstream.wiring.serving_gateway`) in front of
+scripted raw-socket upstreams (:mod:`tests.upstream.scripted`); the client is the real ``openai`` SDK
+with its own retries off, so every failure the gateway lets through is seen.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,13 +15,11 @@ import httpx
 import openai
 import orjson
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import stack
-from gateway.app import create_app
 from gateway.config import Settings, load_settings
 from tests.upstream.scripted import Answer, Script, Scripted, serving
+from tests.upstream.wiring import serving_gateway
 
 
 def _settings(spec: list[Scripted], base: list[Scripted], **extra: Any) -> Settings:
@@ -40,24 +37,6 @@ def _settings(spec: list[Scripted], base: list[Scripted], **extra: Any) -> Setti
 
 
 @asynccontextmanager
-async def _gateway(settings: Settings) -> AsyncIterator[str]:
-    """The app on uvicorn at a free loopback port, in this event loop; stopped on exit."""
-    port = stack.free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started:  # uvicorn offers no event for it
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-@asynccontextmanager
 async def _setup(
     answers: list[Answer], **extra: Any
 ) -> AsyncIterator[tuple[openai.AsyncOpenAI, Script, str]]:
@@ -66,7 +45,7 @@ async def _setup(
     async with serving(script, "spec-a", "spec-b", "base-a", "base-b") as servers:
         settings = _settings(servers[:2], servers[2:], **extra)
         async with (
-            _gateway(settings) as url,
+            serving_gateway(settings) as url,
             openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30) as client,
         ):
             yield client, script, url

@@ -1,0 +1,158 @@
+"""``https://`` endpoints: the CAs the gateway trusts, the certificate it shows, what it says when TLS fails.
+
+The upstreams are the scripted raw-socket servers (:mod:`tests.upstream.scripted`) behind real TLS, with
+a throw-away CA (``trustme``); the gateway is the whole app on uvicorn; the client the real ``openai``
+SDK. Forwarding, health checks and ``/v1/models`` all go through the one connector, so all are checked.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import trustme
+
+from gateway.config import ConfigError, Settings, UpstreamTLSConfig, load_settings
+from gateway.upstream import health
+from gateway.upstream.tls import context
+from tests.upstream.scripted import Script, Scripted, serving
+from tests.upstream.wiring import serving_gateway
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def files(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """The CA's certificate, and a client certificate it signed with its key, as PEM files."""
+    d = tmp_path_factory.mktemp("tls")
+    ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    client = ca.issue_cert("gateway@specroute.test")
+    client.cert_chain_pems[0].write_to_path(str(d / "client.pem"))
+    client.private_key_pem.write_to_path(str(d / "client.key"))
+    yield {"ca": d / "ca.pem", "cert": d / "client.pem", "key": d / "client.key"}
+
+
+def _server_context(ca: trustme.CA, require_client_cert: bool = False) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(ctx)
+    if require_client_cert:
+        ca.configure_trust(ctx)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def _settings(servers: list[Scripted], tls: dict[str, Any]) -> Settings:
+    def pool(names: list[Scripted]) -> dict[str, Any]:
+        return {"endpoints": [{"name": s.name, "url": s.url} for s in names], "models": ["m"]}
+
+    return load_settings(
+        overrides={
+            "pools": {"speculative": pool(servers[:1]), "baseline": pool(servers[1:])},
+            "upstream_tls": tls,
+            "logging": {"access_log": False},
+            "health": {"interval_s": 60},
+        }
+    )
+
+
+@asynccontextmanager
+async def _gateway(server_tls: ssl.SSLContext, tls: dict[str, Any]) -> AsyncIterator[openai.AsyncOpenAI]:
+    """One speculative and one baseline https upstream that always answer, and a client of the gateway."""
+    async with serving(Script(["ok"]), "spec-0", "base-0", tls=server_tls) as servers:
+        assert all(s.url.startswith("https://") for s in servers)
+        async with (
+            serving_gateway(_settings(servers, tls)) as url,
+            openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30) as client,
+        ):
+            yield client
+
+
+async def _answers(client: openai.AsyncOpenAI) -> None:
+    """Both pools answer through TLS, a stream and a whole answer alike, and the models list too."""
+    for pool in ("speculative", "baseline"):
+        headers = {"x-specroute-pool": pool}  # the forced-pool header: one request to each pool
+        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2, extra_headers=headers)
+        assert answer.choices[0].text == "Hello there"
+        stream = await client.completions.create(
+            model="m", prompt="hi", max_tokens=2, stream=True, extra_headers=headers
+        )
+        assert "".join([c.choices[0].text async for c in stream if c.choices]) == "Hello there"
+    assert [m.id async for m in client.models.list()] == ["m"]
+
+
+async def test_an_upstream_signed_by_the_configured_ca_is_trusted(ca, files):
+    async with _gateway(_server_context(ca), {"ca_file": str(files["ca"])}) as client:
+        await _answers(client)
+
+
+async def test_an_untrusted_certificate_is_refused_and_the_health_log_says_so(ca, caplog):
+    """Without the CA the upstream's certificate is not trusted: no request reaches it, and the log
+    says why (before, the health check called it a time-out)."""
+    with caplog.at_level(logging.WARNING, logger="specroute.health"):
+        async with _gateway(_server_context(ca), {}) as client:
+            with pytest.raises(openai.APIStatusError) as e:
+                await client.completions.create(model="m", prompt="hi", max_tokens=2)
+            assert e.value.status_code == 503
+    unhealthy = [r.getMessage() for r in caplog.records if "unhealthy" in r.getMessage()]
+    assert unhealthy and all("TLS certificate is not trusted" in m for m in unhealthy)
+    assert not any("within" in m for m in unhealthy)
+
+
+async def test_verification_can_be_turned_off(ca):
+    async with _gateway(_server_context(ca), {"verify": False}) as client:
+        await _answers(client)
+
+
+async def test_an_upstream_that_asks_for_a_client_certificate_gets_the_configured_one(ca, files):
+    server = _server_context(ca, require_client_cert=True)
+    tls = {"ca_file": str(files["ca"]), "cert_file": str(files["cert"]), "key_file": str(files["key"])}
+    async with _gateway(server, tls) as client:
+        await _answers(client)
+    async with _gateway(server, {"ca_file": str(files["ca"])}) as client:  # no certificate: refused
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 503
+
+
+def test_files_that_cannot_be_used_stop_start_up_naming_the_field(files, tmp_path):
+    with pytest.raises(ConfigError, match=r"upstream_tls\.ca_file: cannot load .*missing\.pem"):
+        context(UpstreamTLSConfig(ca_file=tmp_path / "missing.pem"))
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("not a certificate\n")
+    with pytest.raises(ConfigError, match=r"upstream_tls\.ca_file"):
+        context(UpstreamTLSConfig(ca_file=not_pem))
+    with pytest.raises(ConfigError, match=r"upstream_tls\.cert_file: cannot load .*client\.pem"):
+        context(UpstreamTLSConfig(cert_file=files["cert"]))  # the key is in neither file
+    with pytest.raises(ConfigError, match=r"key_file. needs .cert_file"):
+        load_settings(overrides={"pools": _pools(), "upstream_tls": {"key_file": str(files["key"])}})
+
+
+def test_without_settings_the_system_cas_check_upstreams():
+    ctx = context(UpstreamTLSConfig())
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    off = context(UpstreamTLSConfig(verify=False))
+    assert off.verify_mode == ssl.CERT_NONE and not off.check_hostname
+
+
+def test_a_tls_failure_other_than_trust_is_named():
+    error = httpx.ConnectError("handshake")
+    error.__cause__ = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    error.__cause__.reason = "WRONG_VERSION_NUMBER"
+    assert health.failure(error, 2.0) == "TLS failed: WRONG_VERSION_NUMBER"
+
+
+def _pools() -> dict[str, Any]:
+    return {
+        "speculative": {"endpoints": [{"name": "s", "url": "https://127.0.0.1:1"}], "models": ["m"]},
+        "baseline": {"endpoints": [{"name": "b", "url": "https://127.0.0.1:2"}], "models": ["m"]},
+    }
