@@ -30,7 +30,7 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
         ok = resp.status_code == 200
         if not ok:
             cause = f"answered {resp.status_code}"
-    except httpx.HTTPError as e:
+    except (httpx.HTTPError, OSError) as e:  # OSError: a socket or TLS error the transport let through
         ok, cause = False, failure(e, health.timeout_s)
     if ok != endpoint.healthy:
         if ok:
@@ -58,7 +58,7 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
         todo += [e.__cause__, e.__context__, getattr(e, "os_error", None)]
 
 
-def failure(error: httpx.HTTPError, timeout_s: float) -> str:
+def failure(error: httpx.HTTPError | OSError, timeout_s: float) -> str:
     """A failed check's cause in words, from the socket's own error where there is one.
 
     httpx's aiohttp transport reports a refused connection as a connect *timeout*, so the type alone
@@ -83,7 +83,13 @@ def failure(error: httpx.HTTPError, timeout_s: float) -> str:
 
 
 async def check_all(client: httpx.AsyncClient, pools: list[Pool], health: HealthConfig) -> None:
-    await asyncio.gather(*(check(client, e, health) for p in pools for e in p.endpoints))
+    """Check every endpoint; a check that fails in an unforeseen way is logged and leaves its endpoint
+    as it was, so that neither start-up nor the loop stops on it."""
+    endpoints = [e for p in pools for e in p.endpoints]
+    results = await asyncio.gather(*(check(client, e, health) for e in endpoints), return_exceptions=True)
+    for endpoint, result in zip(endpoints, results, strict=True):
+        if isinstance(result, Exception):
+            log.error("health check of %s/%s failed", endpoint.pool, endpoint.name, exc_info=result)
 
 
 async def run(client: httpx.AsyncClient, pools: list[Pool], health: HealthConfig) -> None:

@@ -11,8 +11,8 @@ import pytest
 from httpx_aiohttp import AiohttpTransport
 
 from gateway.config import HealthConfig
-from gateway.upstream.health import check
-from gateway.upstream.pool import Endpoint
+from gateway.upstream.health import check, check_all
+from gateway.upstream.pool import Endpoint, Pool
 
 
 def _refusing_url() -> str:
@@ -60,3 +60,27 @@ async def test_silence_names_the_time_out_setting(caplog: pytest.LogCaptureFixtu
         with caplog.at_level(logging.WARNING, logger="specroute.health"):
             assert not await check(client, endpoint, HealthConfig(timeout_s=1.5))
     assert caplog.records[0].getMessage().endswith(": no answer within 1.5 s (health.timeout_s)")
+
+
+async def test_a_check_that_fails_unforeseen_stops_neither_the_round_nor_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Start-up and the loop run every check in one round: one raising what no transport error covers
+    is logged and leaves its endpoint as it was, and the others are still checked."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "odd":
+            raise RuntimeError("a bug beneath the client")
+        return httpx.Response(200)
+
+    odd = Endpoint(pool="baseline", name="odd-0", base_url="http://odd:8000")
+    fine = Endpoint(pool="baseline", name="base-0", base_url="http://base-0:8000")
+    fine.healthy = False
+    pool = Pool(name="baseline", models=["m"], endpoints=[odd, fine])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        with caplog.at_level(logging.WARNING, logger="specroute.health"):
+            await check_all(client, [pool], HealthConfig())
+    assert odd.healthy and fine.healthy
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in errors] == ["health check of baseline/odd-0 failed"]
+    assert errors[0].exc_info is not None and "a bug beneath the client" in str(errors[0].exc_info[1])
