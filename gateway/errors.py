@@ -32,6 +32,13 @@ class UpstreamBroken(UpstreamError):
     """The connection broke, or the response ended before it was complete."""
 
 
+class ModelNotServed(UpstreamError):
+    """Every endpoint tried said it does not serve the request's model, which the configuration lists.
+
+    ``message`` is the upstream's own (a 4xx body is the client's to read, as vLLM wrote it).
+    """
+
+
 class UpstreamStatus(UpstreamError):
     """The upstream answered with a server error or a busy status on every try."""
 

@@ -204,7 +204,7 @@ class Metrics:
         self.upstream_errors = Counter(
             "specroute_upstream_errors",
             "Upstream failures by pool, endpoint and kind "
-            "(connect, dropped_connection, timeout, status_5xx, busy, protocol, stream).",
+            "(connect, dropped_connection, timeout, status_5xx, busy, protocol, stream, model_missing).",
             ["pool", "endpoint", "kind"],
             registry=r,
         )

@@ -12,7 +12,14 @@ from http import HTTPStatus
 import orjson
 from starlette.responses import Response
 
-from gateway.errors import NoEndpoint, Unreachable, UpstreamError, UpstreamStatus, UpstreamTimeout
+from gateway.errors import (
+    ModelNotServed,
+    NoEndpoint,
+    Unreachable,
+    UpstreamError,
+    UpstreamStatus,
+    UpstreamTimeout,
+)
 
 # vLLM names its error types after the HTTP status (BadRequestError, NotFoundError, ...).
 _TYPES = {
@@ -82,10 +89,13 @@ def from_upstream(error: UpstreamError) -> APIError:
     """What a client is told of an upstream failure: the one place that maps them to statuses.
 
     Nothing answered or nothing was left to try: 503; silence: 504; a busy or failed status: that status
-    when it is one a gateway passes on (429, 502, 503, 504), else 502; anything broken: 502.
+    when it is one a gateway passes on (429, 502, 503, 504), else 502; no endpoint tried serves the
+    model: 404 on ``model``; anything broken: 502.
     """
     if isinstance(error, UpstreamStatus):
         return APIError(error.status if error.status in (429, 502, 503, 504) else 502, error.message)
+    if isinstance(error, ModelNotServed):
+        return APIError(404, error.message, param="model")
     if isinstance(error, NoEndpoint | Unreachable):
         return APIError(503, error.message)
     if isinstance(error, UpstreamTimeout):

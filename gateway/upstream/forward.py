@@ -35,6 +35,7 @@ from yarl import URL
 
 from gateway.config import Settings
 from gateway.errors import (
+    ModelNotServed,
     NoEndpoint,
     Unreachable,
     UpstreamBroken,
@@ -273,6 +274,11 @@ class Upstreams:
                     chunks = response.chunks()
                     if response.status >= 500 or response.status == 429:
                         raise _UpstreamStatus(response.status, await response.read())
+                    if response.status == 404:
+                        first = await response.read()
+                        if _model_missing(first):
+                            raise _ModelMissing(first)
+                        return Sent(endpoint, response, first, chunks, retries=attempt, sent_at=sent_at)
                     first = b""
                     async for piece in chunks:
                         if piece:
@@ -285,6 +291,16 @@ class Upstreams:
                 kind, last_error = "status_5xx", _reported_status(e.status, e.body, endpoint)
                 if e.status in _BUSY:
                     kind = "busy"
+            except _ModelMissing as e:
+                # the configuration says this model is served: this endpoint lacks it (mid-rollout, a
+                # LoRA adapter not loaded here). Nothing ran: sent elsewhere, never ejected for it
+                kind, last_error = "model_missing", ModelNotServed(_message(e.body))
+                log.warning(
+                    "endpoint %s/%s does not serve the model a request named (%s); sent elsewhere",
+                    endpoint.pool,
+                    endpoint.name,
+                    last_error.message,
+                )
             except _ClosedEarly:
                 kind, last_error = "protocol", UpstreamBroken("the upstream's answer was empty")
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
@@ -314,9 +330,9 @@ class Upstreams:
             self.metrics.upstream_errors.labels(endpoint.pool, endpoint.name, kind).inc()
             if kind == "busy":  # overloaded, not broken: less traffic for a while, no ejection
                 endpoint.mark_busy(self.settings.health)
-            else:
+            elif kind != "model_missing":  # it serves its other models
                 self.failed(endpoint, sent_at)
-            if not idempotent and kind not in ("connect", "busy"):
+            if not idempotent and kind not in ("connect", "busy", "model_missing"):
                 break  # it may have been acted on: not sent again
         if last_error is None:
             raise NoEndpoint("no healthy upstream endpoint is available; try again shortly")
@@ -606,6 +622,27 @@ _UNREACHABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 # Upstream statuses that mean "busy, try elsewhere" rather than "broken".
 _BUSY = (503, 429)
+
+
+class _ModelMissing(Exception):
+    def __init__(self, body: bytes):
+        self.body = body
+
+
+def _model_missing(body: bytes) -> bool:
+    """A 404 that is vLLM's answer for a model it does not serve (``param: "model"``), not a missing route."""
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("param") == "model"
+
+
+def _message(body: bytes) -> str:
+    """The upstream's error message for the client (a 4xx's text is the client's to read)."""
+    error = orjson.loads(body)["error"]
+    message = error.get("message")
+    return message if isinstance(message, str) and message else "the model is not served by any endpoint"
 
 
 class _UpstreamStatus(Exception):

@@ -41,7 +41,15 @@ Answer = Literal[
     "malformed",
     "empty",
     "cut_after_head",
+    "model_missing",
+    "no_route",
 ]
+
+#: vLLM's answer for a model it does not serve (tests/fixtures: error_unknown_model.txt, model renamed)
+MODEL_MISSING = (
+    b'{"error":{"message":"The model `m` does not exist. Valid aliases: other.",'
+    b'"type":"NotFoundError","param":"model","code":404}}'
+)
 
 
 def completion(model: str = "m") -> bytes:
@@ -123,6 +131,10 @@ class Scripted:
             writer.write(_response(500, b'{"error":{"message":"engine failed","code":500}}'))
         elif answer == "malformed":  # not HTTP: a status line the parser refuses
             writer.write(b"HTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+        elif answer == "model_missing":  # this endpoint serves another model
+            writer.write(_response(404, MODEL_MISSING))
+        elif answer == "no_route":  # FastAPI's answer for a path it does not have
+            writer.write(_response(404, b'{"detail":"Not Found"}'))
         elif answer == "empty":  # a success with nothing in it
             writer.write(_response(200, b""))
         elif answer == "cut_after_head":  # the head, then the connection closes before any of the body

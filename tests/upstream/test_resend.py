@@ -199,3 +199,59 @@ async def test_a_passed_through_post_whose_answer_broke_off_is_not_sent_again():
             )
         assert r.status_code == 502 and "broke off" in r.json()["error"]["message"]
         assert [a for _, a in script.log] == ["cut_after_head"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_endpoint_without_the_model_is_passed_over_and_not_ejected(stream):
+    """The configuration lists the model, so an endpoint that says it does not serve it (mid-rollout, a
+    LoRA adapter not loaded there) is the endpoint's gap, not the client's mistake: sent elsewhere."""
+    # one failure would eject an endpoint: the one without the model must not be
+    extra = {
+        "routing": {"strategy": "always-speculative"},
+        "health": {"interval_s": 60, "eject_after_failures": 1},
+    }
+    async with _setup(["model_missing", "ok"], **extra) as (
+        client,
+        script,
+        url,
+    ):
+        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=stream)
+        if stream:
+            assert "".join([c.choices[0].text async for c in answer if c.choices]) == "Hello there"
+        else:
+            assert answer.choices[0].text == "Hello there"
+        assert script.log[0][0] != script.log[1][0]
+        assert await _metric(url, "specroute_upstream_errors_total", kind="model_missing") == 1
+        assert await _metric(url, "specroute_upstream_ejections_total") == 0
+        # the endpoint that lacked it still takes the next request
+        await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert {name for name, _ in script.log[2:]} == {"spec-a", "spec-b"}
+
+
+async def test_when_no_endpoint_serves_the_model_the_client_gets_the_404():
+    async with _setup(["model_missing"], retries={"attempts": 2}) as (client, script, _):
+        with pytest.raises(openai.NotFoundError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.body["param"] == "model" and "does not exist" in e.value.message
+        assert len(script.log) == 2
+
+
+async def test_a_404_that_is_not_about_the_model_is_the_answer():
+    """A passed-through route the upstream does not have: one try, and the client hears so."""
+    async with _setup(["no_route", "ok"]) as (_, script, url):
+        async with httpx.AsyncClient() as http:
+            r = await http.post(
+                url + "/v1/score", json={"model": "m", "text_1": "a", "text_2": "b"}, timeout=10
+            )
+        assert r.status_code == 404
+        assert [a for _, a in script.log] == ["no_route"]
+        # the model missing on one endpoint is retried even for a POST the gateway does not know:
+        # the endpoint refused it before acting on it
+    async with _setup(["model_missing", "ok"]) as (_, script, url):
+        async with httpx.AsyncClient() as http:
+            r = await http.post(
+                url + "/v1/score", json={"model": "m", "text_1": "a", "text_2": "b"}, timeout=10
+            )
+        assert r.status_code == 200
+        assert [a for _, a in script.log] == ["model_missing", "ok"]
