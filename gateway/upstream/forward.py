@@ -56,6 +56,9 @@ from gateway.upstream.wire import Malformed, WirePool
 
 log = logging.getLogger("specroute.upstream")
 
+#: an endpoint that lacks a configured model is named in the log at most this often
+MISSING_LOG_S = 60.0
+
 
 class Headers(Protocol):
     @overload
@@ -175,6 +178,7 @@ class Upstreams:
         self._timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
         self.wire = WirePool(connect_s=t.connect_s)
         self._targets: dict[str, _Target | None] = {}
+        self._missing_told: dict[str, float] = {}  # endpoint URL -> when the log last said it lacks a model
         self._inflight: dict[Endpoint, Gauge] = {}
         # per time limit (timeouts.first_byte_s, timeouts.total_s: the values callers pass)
         self._first_byte: dict[float, Deadlines] = {}
@@ -295,12 +299,15 @@ class Upstreams:
                 # the configuration says this model is served: this endpoint lacks it (mid-rollout, a
                 # LoRA adapter not loaded here). Nothing ran: sent elsewhere, never ejected for it
                 kind, last_error = "model_missing", ModelNotServed(_message(e.body))
-                log.warning(
-                    "endpoint %s/%s does not serve the model a request named (%s); sent elsewhere",
-                    endpoint.pool,
-                    endpoint.name,
-                    last_error.message,
-                )
+                now = time.monotonic()
+                if now - self._missing_told.get(endpoint.base_url, -MISSING_LOG_S) >= MISSING_LOG_S:
+                    self._missing_told[endpoint.base_url] = now  # once a minute: every request meets it
+                    log.warning(
+                        "endpoint %s/%s does not serve the model a request named (%s); sent elsewhere",
+                        endpoint.pool,
+                        endpoint.name,
+                        last_error.message,
+                    )
             except _ClosedEarly:
                 kind, last_error = "protocol", UpstreamBroken("the upstream's answer was empty")
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too

@@ -7,6 +7,7 @@ with its own retries off, so every failure the gateway lets through is seen.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -255,3 +256,15 @@ async def test_a_404_that_is_not_about_the_model_is_the_answer():
             )
         assert r.status_code == 200
         assert [a for _, a in script.log] == ["model_missing", "ok"]
+
+
+async def test_an_endpoint_without_the_model_is_named_in_the_log_once_a_minute_not_per_request(caplog):
+    with caplog.at_level(logging.WARNING, logger="specroute.upstream"):
+        extra = {"routing": {"strategy": "always-speculative"}}
+        async with _setup(["model_missing", "ok"] * 3, **extra) as (client, script, _):
+            for _ in range(3):
+                await client.completions.create(model="m", prompt="hi", max_tokens=2)
+    lacking = {name for name, answer in script.log if answer == "model_missing"}
+    told = [r.getMessage() for r in caplog.records if "does not serve the model" in r.getMessage()]
+    assert len(told) == len(lacking) >= 1  # each endpoint once, whichever met the requests
+    assert all("The model `m` does not exist" in m for m in told)
