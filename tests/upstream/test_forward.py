@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 
@@ -53,25 +53,34 @@ class Upstream:
         finally:
             writer.close()
 
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 @asynccontextmanager
-async def _serving(upstream: Upstream) -> AsyncIterator[Upstreams]:
-    """``upstream`` listening, as the baseline pool's one endpoint."""
-    upstream.server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
-    endpoints = {"endpoints": [{"name": "base-0", "url": upstream.url}], "models": ["m"]}
+async def _on(handler: Handler, upstream: Upstream | None = None) -> AsyncIterator[Upstreams]:
+    """A loopback server running ``handler`` per connection as the baseline pool's one endpoint (the
+    speculative pool's is closed), and the forwarding parts over it; ``upstream`` is given the server."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    if upstream is not None:
+        upstream.server = server
+    endpoints = {"endpoints": [{"name": "base-0", "url": _url(server)}], "models": ["m"]}
     other = {"endpoints": [{"name": "spec-0", "url": "http://127.0.0.1:9"}], "models": ["m"]}
     settings = load_settings(overrides={"pools": {"baseline": endpoints, "speculative": other}})
     try:
         async with upstreams_for(settings) as upstreams:
             yield upstreams
     finally:
-        upstream.server.close()
-        await upstream.server.wait_closed()
+        server.close()
+        await server.wait_closed()
+
+
+def _url(server: asyncio.Server) -> str:
+    return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def _serving(upstream: Upstream) -> AbstractAsyncContextManager[Upstreams]:
+    return _on(upstream.handle, upstream)
 
 
 @pytest.fixture
@@ -158,21 +167,12 @@ async def test_a_body_already_here_is_read_without_a_timer_and_one_still_coming_
         await writer.drain()
         await reader.read()
 
-    server = await asyncio.start_server(slow_body, "127.0.0.1", 0)
-    try:
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        endpoints = {"endpoints": [{"name": "base-0", "url": url}], "models": ["m"]}
-        other = {"endpoints": [{"name": "spec-0", "url": "http://127.0.0.1:9"}], "models": ["m"]}
-        settings = load_settings(overrides={"pools": {"baseline": endpoints, "speculative": other}})
-        async with upstreams_for(settings) as slow:
-            sent = await slow.send("/v1/completions", BODY, {}, "baseline", allow_failover=False)
-            assert not sent.response.arrived
-            monkeypatch.setattr(loop, "call_at", counting)
-            assert await slow.read_all(sent) == ANSWER
-            assert len(armed) >= 1  # the rest came under the gap timer
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with _on(slow_body) as slow:
+        sent = await slow.send("/v1/completions", BODY, {}, "baseline", allow_failover=False)
+        assert not sent.response.arrived
+        monkeypatch.setattr(loop, "call_at", counting)
+        assert await slow.read_all(sent) == ANSWER
+        assert len(armed) >= 1  # the rest came under the gap timer
 
 
 @pytest.mark.parametrize("client", ["lean", "aiohttp"])
@@ -197,17 +197,8 @@ async def test_an_answer_compressed_against_the_request_is_read_decoded_by_eithe
 
     if client == "aiohttp":
         monkeypatch.setattr(Upstreams, "_target", lambda self, endpoint: None)
-    server = await asyncio.start_server(gzipping, "127.0.0.1", 0)
-    try:
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        endpoints = {"endpoints": [{"name": "base-0", "url": url}], "models": ["m"]}
-        other = {"endpoints": [{"name": "spec-0", "url": "http://127.0.0.1:9"}], "models": ["m"]}
-        settings = load_settings(overrides={"pools": {"baseline": endpoints, "speculative": other}})
-        async with upstreams_for(settings) as upstreams:
-            headers = {"accept-encoding": "identity"}
-            sent = await upstreams.send("/v1/completions", BODY, headers, "baseline", allow_failover=False)
-            assert await upstreams.read_all(sent) == ANSWER
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with _on(gzipping) as upstreams:
+        headers = {"accept-encoding": "identity"}
+        sent = await upstreams.send("/v1/completions", BODY, headers, "baseline", allow_failover=False)
+        assert await upstreams.read_all(sent) == ANSWER
     assert b"accept-encoding: identity" in heads[0].lower()

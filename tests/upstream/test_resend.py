@@ -52,6 +52,15 @@ async def _setup(
             yield client, script, url
 
 
+async def _text(client: openai.AsyncOpenAI, stream: bool) -> str:
+    """A completion's text, streamed or whole."""
+    if stream:
+        chunks = await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=True)
+        return "".join([c.choices[0].text async for c in chunks if c.choices])
+    answer = await client.completions.create(model="m", prompt="hi", max_tokens=2)
+    return answer.choices[0].text
+
+
 async def _metric(url: str, name: str, **labels: str) -> float:
     async with httpx.AsyncClient() as http:
         text = (await http.get(url + "/metrics", timeout=10)).text
@@ -111,11 +120,7 @@ async def test_an_answer_without_a_body_is_sent_elsewhere_then_reported_as_a_bad
 ):
     """The endpoint was reached and answered: a protocol failure (502), not an unreachable one (503)."""
     async with _setup([broken, "ok"]) as (client, script, url):
-        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=stream)
-        if stream:
-            assert "".join([c.choices[0].text async for c in answer if c.choices]) == "Hello there"
-        else:
-            assert answer.choices[0].text == "Hello there"
+        assert await _text(client, stream) == "Hello there"
         assert script.log[0][0] != script.log[1][0]
         assert await _metric(url, "specroute_upstream_errors_total", kind="protocol") == 1
         assert await _metric(url, "specroute_upstream_errors_total", kind="connect") == 0
@@ -216,11 +221,7 @@ async def test_an_endpoint_without_the_model_is_passed_over_and_not_ejected(stre
         script,
         url,
     ):
-        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=stream)
-        if stream:
-            assert "".join([c.choices[0].text async for c in answer if c.choices]) == "Hello there"
-        else:
-            assert answer.choices[0].text == "Hello there"
+        assert await _text(client, stream) == "Hello there"
         assert script.log[0][0] != script.log[1][0]
         assert await _metric(url, "specroute_upstream_errors_total", kind="model_missing") == 1
         assert await _metric(url, "specroute_upstream_ejections_total") == 0

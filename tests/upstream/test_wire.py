@@ -205,27 +205,36 @@ async def test_a_connection_closed_before_the_head_raises_dropped(serve):
 
 
 @pytest.mark.parametrize(
-    ("answer", "where"),
+    "answer",
     [
-        (b"NOT HTTP AT ALL\r\n\r\n", "head"),
-        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", "body"),
+        b"NOT HTTP AT ALL\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
     ],
     ids=["head", "body"],
 )
-async def test_a_malformed_response_is_malformed_not_a_dropped_connection(serve, answer, where):
-    async def garbage(reader, writer):
+async def test_a_malformed_response_is_malformed_not_a_dropped_connection(serve, answer):
+    raised = await _failure(serve, answer, Malformed)
+    assert not isinstance(raised, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
+    assert raised.args[0].startswith("malformed response")  # in the head or the body alike
+
+
+async def _failure(serve, answer: bytes, error: type[BaseException]) -> BaseException:
+    """What reading a response answered with ``answer`` raises (it must be ``error``); the connection
+    is closed, not kept for another request."""
+
+    async def answering(reader, writer):
         await server.read_request(reader)
         writer.write(answer)
         await reader.read()
 
-    server = await serve(garbage)
+    server = await serve(answering)
     pool = WirePool(connect_s=1.0)
-    with pytest.raises(Malformed) as raised:
+    with pytest.raises(error) as raised:
         response = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
-        assert where == "body" and response.status == 200
         await response.read()
-    assert not isinstance(raised.value, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
-    await asyncio.wait_for(server.closed.wait(), 5)  # the connection is not kept
+    await asyncio.wait_for(server.closed.wait(), 5)
+    pool.close()
+    return raised.value
 
 
 async def test_a_refused_connection_raises_connect_failed():
@@ -412,15 +421,4 @@ async def test_a_compressed_stream_is_decoded_piece_by_piece(serve):
     ids=["unknown-coding", "not-compressed", "truncated"],
 )
 async def test_a_compressed_body_that_cannot_be_read_fails_the_response(serve, answer, error):
-    async def broken(reader, writer):
-        await server.read_request(reader)
-        writer.write(answer)
-        await reader.read()
-
-    server = await serve(broken)
-    pool = WirePool(connect_s=1.0)
-    with pytest.raises(error):
-        response = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
-        await response.read()
-    await asyncio.wait_for(server.closed.wait(), 5)  # the connection is not kept
-    pool.close()
+    await _failure(serve, answer, error)
