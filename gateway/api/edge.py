@@ -14,7 +14,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
-from gateway.api.request import check_key, header, read_body
+from gateway.api.request import check_key, read_body
 from gateway.api.state import Gateway
 from gateway.routing.policy import Decision
 from gateway.types import Route
@@ -41,15 +41,22 @@ def check_model(model: Any, models: frozenset[str]) -> None:
 
 
 def upstream_headers(request: Request, gw: Gateway, rid: str, content_type: str | None) -> dict[str, str]:
-    """Headers for the upstream: the body's type, the request id, and (when configured) the caller's key."""
-    headers = {"accept-encoding": "identity", "x-request-id": rid}
-    if content_type:
-        headers["content-type"] = content_type
+    """Headers for the upstream: the body's type, the request id, the caller's W3C trace context, and
+    (when configured) the caller's key.
+
+    vLLM started with ``--otlp-traces-endpoint`` makes its spans children of the ``traceparent`` it
+    receives, so passing the caller's on keeps one trace from the client to the engine.
+    """
+    headers = {"content-type": content_type} if content_type else {}
+    headers["accept-encoding"] = "identity"
+    headers["x-request-id"] = rid
     auth = gw.settings.auth
-    if auth.forward_client_authorization and not auth.api_keys:
-        authorization = header(request, b"authorization")
-        if authorization is not None:
-            headers["authorization"] = authorization
+    forward_key = auth.forward_client_authorization and not auth.api_keys
+    for key, value in request.scope["headers"]:
+        if key == b"traceparent" or key == b"tracestate" or (forward_key and key == b"authorization"):
+            # the first value, as a single-valued header is read; an upstream key configured for the
+            # endpoint replaces the caller's (see upstream.credentials)
+            headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
     return headers
 
 

@@ -19,13 +19,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
-from gateway.api.edge import check_model
+from gateway.api.edge import check_model, upstream_headers
 from gateway.api.errors import APIError, error_response, from_upstream, sse_error_event
 from gateway.api.request import (
     check_key,
     forced_pool,
     has_key,
-    header,
     parse_body,
     read_body,
     request_id,
@@ -185,17 +184,7 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
     """
     gw, api = ex.gw, ex.api
     assert ex.decision is not None
-    headers = {
-        "content-type": "application/json",
-        "accept-encoding": "identity",
-        "x-request-id": ex.request_id,
-    }
-    auth = gw.settings.auth
-    if auth.forward_client_authorization and not auth.api_keys:
-        authorization = header(request, b"authorization")
-        if authorization is not None:
-            # an upstream key configured for the endpoint replaces it (see upstream.credentials)
-            headers["authorization"] = authorization
+    headers = upstream_headers(request, gw, ex.request_id, "application/json")
     speculative = ex.decision.pool == "speculative"
     if payload.get("stream") is True:
         if speculative:

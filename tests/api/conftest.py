@@ -36,10 +36,13 @@ class KeyedUpstream:
         self.app = app
         self.key = key
         self.seen: list[tuple[str, str | None]] = []
+        self.heads: list[tuple[str, dict[bytes, bytes]]] = []  # every request's path and headers
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            auth = dict(scope["headers"]).get(b"authorization")
+            headers = dict(scope["headers"])
+            self.heads.append((scope["path"], headers))
+            auth = headers.get(b"authorization")
             self.seen.append((scope["path"], auth.decode() if auth is not None else None))
             if self.key and scope["path"].startswith("/v1/") and auth != f"Bearer {self.key}".encode():
                 body = b'{"error":"Unauthorized"}'

@@ -135,6 +135,35 @@ def test_the_client_authorization_is_not_forwarded_unless_configured() -> None:
         assert _upstream_auth(stack, "/v1/chat/completions") == {None}
 
 
+TRACE = {
+    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "tracestate": "vendor=opaque",
+}
+
+
+def test_the_callers_trace_context_reaches_the_engine_and_nothing_is_made_up() -> None:
+    """vLLM with tracing on makes its spans children of the ``traceparent`` it gets: every route that
+    forwards passes the caller's W3C trace context on, whichever pool serves it."""
+    requests = [
+        ("/v1/completions", {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4}, "baseline"),
+        ("/v1/completions", {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4}, "speculative"),
+        ("/v1/chat/completions", {**CHAT, "stream": True}, "speculative"),
+        ("/tokenize", {"model": MODEL, "prompt": "Say hi."}, None),
+    ]
+    with InProcess() as stack:
+        for path, body, pool in requests:
+            headers = {**TRACE, **({"x-specroute-pool": pool} if pool else {})}
+            assert stack.request("POST", path, json=body, headers=headers).status_code == 200, path
+            heads = [h for upstream in stack.upstreams for p, h in upstream.heads if p == path]
+            assert heads and heads[-1][b"traceparent"] == TRACE["traceparent"].encode()
+            assert heads[-1][b"tracestate"] == TRACE["tracestate"].encode()
+        for upstream in stack.upstreams:
+            upstream.heads.clear()
+        assert stack.request("POST", "/v1/chat/completions", json=CHAT).status_code == 200
+        sent = [h for upstream in stack.upstreams for p, h in upstream.heads if p == "/v1/chat/completions"]
+        assert sent and not any(b"traceparent" in h or b"tracestate" in h for h in sent)
+
+
 def test_an_upstream_key_from_the_environment_goes_to_every_upstream_call(monkeypatch) -> None:
     monkeypatch.setenv("SPECROUTE_TEST_UPSTREAM_KEY", "upstream-secret")
     overrides = {
