@@ -31,12 +31,12 @@ from gateway.observability import Metrics
 from gateway.observe import Observer
 from gateway.routing.measurement import MeasurementGate
 from gateway.routing.policy import Policy
+from gateway.tls import upstream_context
 from gateway.upstream import discovery, health
 from gateway.upstream.credentials import UpstreamKeys
 from gateway.upstream.forward import Upstreams
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import Scraper
-from gateway.upstream.tls import context as tls_context
 
 log = logging.getLogger("specroute")
 
@@ -131,7 +131,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     metrics = Metrics()
     pools = build_pools(settings)
     keys = UpstreamKeys(settings, pools)  # read now: a missing key stops start-up, not a request
-    tls = tls_context(settings.upstream_tls)  # the same for the CA and client certificate files
+    tls = upstream_context(settings.upstream_tls)  # the same for the CA and client certificate files
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -364,6 +364,22 @@ class ServerConfig(_Strict):
         default=2048, ge=1, description="open connections per worker; beyond it a request gets a 503"
     )
     backlog: int = Field(default=2048, ge=1, description="connections the kernel queues before accept")
+    tls_cert_file: Path | None = Field(
+        default=None, description="PEM certificate (and chain) to serve https with; unset: plain http"
+    )
+    tls_key_file: Path | None = Field(
+        default=None, description="the certificate's private key, when not in tls_cert_file"
+    )
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="CAs whose client certificates every caller must show (mutual TLS); unset: none asked",
+    )
+
+    @model_validator(mode="after")
+    def _tls_needs_cert(self) -> ServerConfig:
+        if self.tls_cert_file is None and (self.tls_key_file or self.tls_client_ca_file):
+            raise ValueError("`tls_key_file` and `tls_client_ca_file` need `tls_cert_file`")
+        return self
 
 
 class Settings(BaseSettings):

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 from gateway.config import ServerConfig, Settings, load_settings
 from gateway.connections import ConnectionLimits, GuardedHttpProtocol
 from gateway.observability import MULTIPROC_ENV, configure_logging
+from gateway.tls import check_server, server_options, upstream_context
 
 CONFIG_ENV = "SPECROUTE_CONFIG_FILE"
 
@@ -110,6 +111,7 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         # uvicorn's own lines (a malformed request, a port in use) through the gateway's handler and
         # format, not a second format of uvicorn's on the same stderr
         log_config=None,
+        **server_options(server),
     )
 
 
@@ -138,12 +140,12 @@ def shared_metrics_dir() -> Iterator[Path]:
 def serve(settings: Settings, config_path: Path | None = None) -> None:
     from gateway.app import create_app, fast_path
     from gateway.upstream.credentials import UpstreamKeys
-    from gateway.upstream.tls import context as tls_context
 
     configure_logging(settings.logging.level)
     server = settings.server
     UpstreamKeys(settings, {})  # every upstream key readable, or a ConfigError before serving
-    tls_context(settings.upstream_tls)  # and every upstream TLS file
+    upstream_context(settings.upstream_tls)  # and every TLS file, the upstreams' and the gateway's own
+    check_server(server)
     check_listen_address(server.host, server.port)
     guard_connections(server)
     common = uvicorn_options(settings)

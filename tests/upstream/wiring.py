@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import uvicorn
 
 from gateway import stack
-from gateway.app import build_pools, create_app, new_client, new_session
+from gateway.app import build_pools, create_app, fast_path, new_client, new_session
 from gateway.config import Settings
 from gateway.observability import Metrics
 from gateway.upstream.forward import Upstreams
@@ -29,10 +30,14 @@ async def upstreams_for(settings: Settings) -> AsyncIterator[Upstreams]:
 
 
 @asynccontextmanager
-async def serving_gateway(settings: Settings) -> AsyncIterator[str]:
-    """The app on uvicorn at a free loopback port, in this event loop; its URL; stopped on exit."""
+async def serving_gateway(settings: Settings, **options: Any) -> AsyncIterator[str]:
+    """The app on uvicorn at a free loopback port, in this event loop; its URL; stopped on exit.
+
+    ``options`` go to ``uvicorn.Config`` (``gateway.server.uvicorn_options(settings)`` serves it as
+    ``specroute serve`` does, its address aside)."""
     port = stack.free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    options = {"log_level": "warning", **options, "host": "127.0.0.1", "port": port}
+    config = uvicorn.Config(fast_path(create_app(settings)), **options)  # as `specroute serve` runs it
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
@@ -40,7 +45,7 @@ async def serving_gateway(settings: Settings) -> AsyncIterator[str]:
             if task.done():
                 task.result()
             await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if 'ssl_certfile' in options else 'http'}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         await task

@@ -1,8 +1,10 @@
-"""``https://`` endpoints: the CAs the gateway trusts, the certificate it shows, what it says when TLS fails.
+"""TLS on both sides: ``https://`` endpoints (the CAs the gateway trusts, the certificate it shows, what it
+says when TLS fails) and the gateway serving https itself (``server.tls_*``).
 
-The upstreams are the scripted raw-socket servers (:mod:`tests.upstream.scripted`) behind real TLS, with
-a throw-away CA (``trustme``); the gateway is the whole app on uvicorn; the client the real ``openai``
-SDK. Forwarding, health checks and ``/v1/models`` all go through the one connector, so all are checked.
+The upstreams are the scripted raw-socket servers (:mod:`tests.upstream.scripted`), behind real TLS
+where it is under test, with a throw-away CA (``trustme``); the gateway is the whole app on uvicorn
+with the options ``specroute serve`` gives it; the client the real ``openai`` SDK. Forwarding, health
+checks and ``/v1/models`` all go through the one connector, so all are checked.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import openai
 import pytest
 import trustme
 
-from gateway.config import ConfigError, Settings, UpstreamTLSConfig, load_settings
+from gateway.config import ConfigError, ServerConfig, Settings, UpstreamTLSConfig, load_settings
+from gateway.server import uvicorn_options
+from gateway.tls import check_server
+from gateway.tls import upstream_context as context
 from gateway.upstream import health
-from gateway.upstream.tls import context
 from tests.upstream.scripted import Script, Scripted, serving
 from tests.upstream.wiring import serving_gateway
 
@@ -156,3 +160,82 @@ def _pools() -> dict[str, Any]:
         "speculative": {"endpoints": [{"name": "s", "url": "https://127.0.0.1:1"}], "models": ["m"]},
         "baseline": {"endpoints": [{"name": "b", "url": "https://127.0.0.1:2"}], "models": ["m"]},
     }
+
+
+@asynccontextmanager
+async def _https_gateway(
+    server_tls: dict[str, Any], client: ssl.SSLContext
+) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The gateway serving https (``server`` settings ``server_tls``) in front of plain upstreams, and an
+    SDK client that connects with ``client``."""
+    async with serving(Script(["ok"]), "spec-0", "base-0") as servers:
+        settings = _settings(servers, {})
+        settings = settings.model_copy(update={"server": ServerConfig(**server_tls)})
+        async with (
+            serving_gateway(settings, **uvicorn_options(settings)) as url,
+            openai.AsyncOpenAI(
+                base_url=url + "/v1",
+                api_key="none",
+                max_retries=0,
+                timeout=30,
+                http_client=httpx.AsyncClient(verify=client),
+            ) as sdk,
+        ):
+            assert url.startswith("https://")
+            yield sdk
+
+
+@pytest.fixture(scope="module")
+def served(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The gateway's certificate for 127.0.0.1 and its key, apart and in one file."""
+    d = tmp_path_factory.mktemp("served")
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(d / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(d / "key.pem"))
+    cert.private_key_and_cert_chain_pem.write_to_path(str(d / "both.pem"))
+    return {"cert": d / "cert.pem", "key": d / "key.pem", "both": d / "both.pem"}
+
+
+def _trusting(ca: trustme.CA, client_cert: bool = False) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    if client_cert:
+        ca.issue_cert("client@specroute.test").configure_cert(ctx)
+    return ctx
+
+
+async def test_the_gateway_serves_https_with_its_certificate(ca, served):
+    for server_tls in (
+        {"tls_cert_file": str(served["cert"]), "tls_key_file": str(served["key"])},
+        {"tls_cert_file": str(served["both"])},  # the key in the certificate's file
+    ):
+        async with _https_gateway(server_tls, _trusting(ca)) as client:
+            await _answers(client)  # streams go out through the gateway's own writer, over TLS
+
+
+async def test_a_caller_without_a_client_certificate_is_refused_when_one_is_required(ca, files, served):
+    server_tls = {
+        "tls_cert_file": str(served["cert"]),
+        "tls_key_file": str(served["key"]),
+        "tls_client_ca_file": str(files["ca"]),
+    }
+    async with _https_gateway(server_tls, _trusting(ca, client_cert=True)) as client:
+        await _answers(client)
+    async with _https_gateway(server_tls, _trusting(ca)) as client:
+        with pytest.raises(openai.APIConnectionError):
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+
+
+def test_server_files_that_cannot_be_used_stop_start_up_naming_the_field(files, served, tmp_path):
+    check_server(ServerConfig())  # plain http: nothing to load
+    check_server(ServerConfig(tls_cert_file=served["both"]))
+    with pytest.raises(ConfigError, match=r"server\.tls_cert_file: cannot load .*missing\.pem"):
+        check_server(ServerConfig(tls_cert_file=tmp_path / "missing.pem"))
+    with pytest.raises(ConfigError, match=r"server\.tls_cert_file: cannot load .*cert\.pem"):
+        check_server(ServerConfig(tls_cert_file=served["cert"]))  # no key anywhere
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("not a certificate\n")
+    with pytest.raises(ConfigError, match=r"server\.tls_client_ca_file"):
+        check_server(ServerConfig(tls_cert_file=served["both"], tls_client_ca_file=not_pem))
+    with pytest.raises(ValueError, match="need `tls_cert_file`"):
+        ServerConfig(tls_key_file=served["key"])
