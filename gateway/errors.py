@@ -9,11 +9,15 @@ from __future__ import annotations
 
 
 class UpstreamError(Exception):
-    """An upstream failure the gateway could not hide by trying elsewhere."""
+    """An upstream failure the gateway could not hide by trying elsewhere.
 
-    def __init__(self, message: str):
+    ``retry_after_s``: when trying again is worth it, how soon (the pools were busy, or had no endpoint).
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None = None):
         super().__init__(message)
         self.message = message
+        self.retry_after_s = retry_after_s
 
 
 class NoEndpoint(UpstreamError):
@@ -42,6 +46,6 @@ class ModelNotServed(UpstreamError):
 class UpstreamStatus(UpstreamError):
     """The upstream answered with a server error or a busy status on every try."""
 
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
+    def __init__(self, status: int, message: str, retry_after_s: float | None = None):
+        super().__init__(message, retry_after_s)
         self.status = status

@@ -7,6 +7,7 @@ input, auth) and for upstream failures it could not hide (:func:`from_upstream`,
 
 from __future__ import annotations
 
+import math
 from http import HTTPStatus
 
 import orjson
@@ -90,14 +91,19 @@ def from_upstream(error: UpstreamError) -> APIError:
 
     Nothing answered or nothing was left to try: 503; silence: 504; a busy or failed status: that status
     when it is one a gateway passes on (429, 502, 503, 504), else 502; no endpoint tried serves the
-    model: 404 on ``model``; anything broken: 502.
+    model: 404 on ``model``; anything broken: 502. A wait worth making before trying again (busy pools)
+    goes out as ``Retry-After``, which the OpenAI SDKs honour.
     """
+    headers = None
+    if error.retry_after_s is not None:
+        headers = {"retry-after": str(max(1, math.ceil(error.retry_after_s)))}
     if isinstance(error, UpstreamStatus):
-        return APIError(error.status if error.status in (429, 502, 503, 504) else 502, error.message)
+        status = error.status if error.status in (429, 502, 503, 504) else 502
+        return APIError(status, error.message, headers=headers)
     if isinstance(error, ModelNotServed):
         return APIError(404, error.message, param="model")
     if isinstance(error, NoEndpoint | Unreachable):
-        return APIError(503, error.message)
+        return APIError(503, error.message, headers=headers)
     if isinstance(error, UpstreamTimeout):
         return APIError(504, error.message)
     return APIError(502, error.message)

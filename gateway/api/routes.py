@@ -216,7 +216,7 @@ async def _passed_through(request: Request, ex: Exchange, sent: Sent) -> Respons
         content = await _unless_disconnected(request, ex.gw.upstreams.read_all(sent))
     except APIError as e:
         _finish(ex, sent, e.status)
-        return error_response(e.status, e.message, e.param, ex.headers(sent.pool))
+        return error_response(e.status, e.message, e.param, {**e.headers, **ex.headers(sent.pool)})
     return _complete(ex, sent, content)
 
 
@@ -255,7 +255,7 @@ async def _assembled(
             sent = await _unless_disconnected(request, resend(broke))
         except APIError as e:
             _finish(ex, sent, e.status)
-            return error_response(e.status, e.message, e.param, ex.headers(sent.pool))
+            return error_response(e.status, e.message, e.param, {**e.headers, **ex.headers(sent.pool)})
         if sent.response.status >= 300:
             return await _passed_through(request, ex, sent)
     headers = ex.headers(sent.pool)

@@ -58,6 +58,11 @@ log = logging.getLogger("specroute.upstream")
 
 #: an endpoint that lacks a configured model is named in the log at most this often
 MISSING_LOG_S = 60.0
+#: what the client is told to wait (``Retry-After``) when every try met a busy endpoint that named no
+#: time of its own, or no endpoint was there to try
+BUSY_RETRY_AFTER_S = 1.0
+#: the longest wait an upstream's own ``Retry-After`` is passed on with
+MAX_RETRY_AFTER_S = 60.0
 
 
 class Headers(Protocol):
@@ -277,7 +282,8 @@ class Upstreams:
                     response = await self._post(endpoint, path, body, headers, method)
                     chunks = response.chunks()
                     if response.status >= 500 or response.status == 429:
-                        raise _UpstreamStatus(response.status, await response.read())
+                        retry_after = response.headers.get("retry-after")
+                        raise _UpstreamStatus(response.status, await response.read(), retry_after)
                     if response.status == 404:
                         first = await response.read()
                         if _model_missing(first):
@@ -295,6 +301,7 @@ class Upstreams:
                 kind, last_error = "status_5xx", _reported_status(e.status, e.body, endpoint)
                 if e.status in _BUSY:
                     kind = "busy"
+                    last_error.retry_after_s = _seconds(e.retry_after) or BUSY_RETRY_AFTER_S
             except _ModelMissing as e:
                 # the configuration says this model is served: this endpoint lacks it (mid-rollout, a
                 # LoRA adapter not loaded here). Nothing ran: sent elsewhere, never ejected for it
@@ -342,7 +349,9 @@ class Upstreams:
             if not idempotent and kind not in ("connect", "busy", "model_missing"):
                 break  # it may have been acted on: not sent again
         if last_error is None:
-            raise NoEndpoint("no healthy upstream endpoint is available; try again shortly")
+            raise NoEndpoint(
+                "no healthy upstream endpoint is available; try again shortly", BUSY_RETRY_AFTER_S
+            )
         raise last_error
 
     async def fetch(
@@ -653,9 +662,21 @@ def _message(body: bytes) -> str:
 
 
 class _UpstreamStatus(Exception):
-    def __init__(self, status: int, body: bytes):
+    def __init__(self, status: int, body: bytes, retry_after: str | None = None):
         self.status = status
         self.body = body
+        self.retry_after = retry_after
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """An upstream's ``Retry-After`` in seconds (its delta-seconds form; a date is not read), capped."""
+    if retry_after is None:
+        return None
+    try:
+        seconds = float(retry_after.strip())
+    except ValueError:
+        return None
+    return min(seconds, MAX_RETRY_AFTER_S) if seconds > 0 else None
 
 
 def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> UpstreamStatus:

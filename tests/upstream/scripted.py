@@ -43,6 +43,7 @@ Answer = Literal[
     "cut_after_head",
     "model_missing",
     "no_route",
+    "busy_for_7s",
 ]
 
 #: vLLM's answer for a model it does not serve (tests/fixtures: error_unknown_model.txt, model renamed)
@@ -127,6 +128,8 @@ class Scripted:
     ) -> None:
         if answer == "busy":
             writer.write(_response(503, b'{"error":{"message":"busy","code":503}}'))
+        elif answer == "busy_for_7s":  # an overloaded server (or the balancer before it) says when to return
+            writer.write(_response(503, b'{"error":{"message":"busy","code":503}}', b"retry-after: 7\r\n"))
         elif answer == "error":
             writer.write(_response(500, b'{"error":{"message":"engine failed","code":500}}'))
         elif answer == "malformed":  # not HTTP: a status line the parser refuses
@@ -166,10 +169,10 @@ class Scripted:
                 writer.write(b"0\r\n\r\n")
 
 
-def _response(status: int, body: bytes) -> bytes:
+def _response(status: int, body: bytes, extra: bytes = b"") -> bytes:
     return (
         b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n%s" % (status, len(body), body)
+        b"%sconnection: close\r\n\r\n%s" % (status, len(body), extra, body)
     )
 
 

@@ -269,3 +269,19 @@ async def test_an_endpoint_without_the_model_is_named_in_the_log_once_a_minute_n
     told = [r.getMessage() for r in caplog.records if "does not serve the model" in r.getMessage()]
     assert len(told) == len(lacking) >= 1  # each endpoint once, whichever met the requests
     assert all("The model `m` does not exist" in m for m in told)
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "retry_after"),
+    [("busy", 503, "1"), ("busy_for_7s", 503, "7"), ("error", 500, None)],
+)
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_told_busy_is_told_when_to_come_back(answer, status, retry_after, stream):
+    """Every try met a busy endpoint: the client gets the upstream's own Retry-After, or a second; a
+    broken endpoint is no reason to wait."""
+    async with _setup([answer], retries={"attempts": 2}) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=stream)
+        assert e.value.status_code == (502 if status == 500 else status)
+        assert e.value.response.headers.get("retry-after") == retry_after
+        assert len(script.log) == 2
