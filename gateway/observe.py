@@ -37,6 +37,7 @@ class RequestRecord:
     request_id: str
     route: Route
     status: int
+    trace_id: str | None = None  # of the caller's traceparent, which went upstream with the request
     decision: Decision | None = None
     served_pool: PoolName | None = None  # the pool whose endpoint answered
     endpoint: str | None = None  # the endpoint that served the start
@@ -104,6 +105,7 @@ class RequestRecord:
         line: dict[str, object] = {
             "ts": round(self.ts, 3),
             "request_id": self.request_id,
+            "trace_id": self.trace_id,
             "route": self.route,
             "status": self.status,
             "pool": self.served_pool or (decided or "none"),
@@ -186,6 +188,7 @@ class Observer:
         content: bytes | None = None,
         resumption: Resumption | None = None,
         measurement: str | None = None,
+        trace_id: str | None = None,
     ) -> RequestRecord:
         """The record of a request that ``started`` (``perf_counter``) and just finished with ``status``."""
         e2e = perf_counter() - started
@@ -193,6 +196,7 @@ class Observer:
         rec = RequestRecord(
             ts=time.time(),
             request_id=request_id,
+            trace_id=trace_id,
             route=api,
             status=status,
             decision=decision,

@@ -292,6 +292,7 @@ def test_every_field_of_a_log_line_rounded_as_documented() -> None:
     full = RequestRecord(
         ts=1700000000.123456,
         request_id="r1",
+        trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
         route="completions",
         status=200,
         decision=decision,
@@ -309,6 +310,7 @@ def test_every_field_of_a_log_line_rounded_as_documented() -> None:
     assert full.log_line() == {
         "ts": 1700000000.123,
         "request_id": "r1",
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
         "route": "completions",
         "status": 200,
         "pool": "baseline",

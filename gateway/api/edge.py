@@ -72,10 +72,12 @@ def observe(
     payload: dict[str, Any] | None = None,
     meter: StreamMeter | None = None,
     content: bytes | None = None,
+    trace: str | None = None,
 ) -> None:
     """One finished request to the metrics, the policy's feedback (routed requests) and the access log."""
     record = gw.observer.record(
         request_id=rid,
+        trace_id=trace,
         api=route,
         started=started,
         status=status,

@@ -28,7 +28,7 @@ from gateway.api.edge import (
     upstream_headers,
 )
 from gateway.api.errors import APIError, error_response
-from gateway.api.request import json_object, request_id
+from gateway.api.request import json_object, request_id, trace_id
 from gateway.api.routes import Relay, unless_disconnected
 from gateway.types import Route
 from gateway.upstream.forward import Sent
@@ -71,7 +71,7 @@ async def detokenize(request: Request) -> Response:
 async def _json_route(request: Request, path: str, route: Route) -> Response:
     """A JSON route served by any endpoint of the model: checked, forwarded, answered as it came."""
     gw = state.of(request)
-    started, rid = now(), request_id(request)
+    started, rid, trace = now(), request_id(request), trace_id(request)
     try:
         body = await read_checked(request, gw)
         payload = json_object(body)
@@ -82,10 +82,10 @@ async def _json_route(request: Request, path: str, route: Route) -> Response:
         )
         sent, content = await unless_disconnected(request, fetched)
     except APIError as e:
-        observe(gw, rid=rid, route=route, started=started, status=e.status)
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status)
         return _error(e, rid)
     status = sent.response.status
-    observe(gw, rid=rid, route=route, started=started, status=status, sent=sent, content=content)
+    observe(gw, rid=rid, trace=trace, route=route, started=started, status=status, sent=sent, content=content)
     return Response(
         content,
         status,
@@ -100,7 +100,7 @@ async def passthrough(request: Request) -> Response:
     path = request.url.path
     if path in OWN_PATHS:
         return error_response(405, f"method {request.method} is not allowed on {path}")
-    started, rid, route = now(), request_id(request), route_label(path)
+    started, rid, trace, route = now(), request_id(request), trace_id(request), route_label(path)
     method = request.method
     try:
         body = await read_checked(request, gw)
@@ -123,14 +123,14 @@ async def passthrough(request: Request) -> Response:
         )
         sent = await unless_disconnected(request, sending)
     except APIError as e:
-        observe(gw, rid=rid, route=route, started=started, status=e.status)
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status)
         return _error(e, rid)
     status = sent.response.status
     if status in (404, 405):
-        return await _no_route(request, gw, sent, rid, route, started)
+        return await _no_route(request, gw, sent, rid, trace, route, started)
 
     def done(s: Sent, failed: int | None) -> None:
-        observe(gw, rid=rid, route=route, started=started, status=failed or status, sent=s)
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=failed or status, sent=s)
 
     media_type = sent.response.headers.get("content-type")
     return Relay(
@@ -139,7 +139,7 @@ async def passthrough(request: Request) -> Response:
 
 
 async def _no_route(
-    request: Request, gw: state.Gateway, sent: Sent, rid: str, route: Route, started: float
+    request: Request, gw: state.Gateway, sent: Sent, rid: str, trace: str | None, route: Route, started: float
 ) -> Response:
     """An upstream that has no such route (or method): its own error if OpenAI-shaped, else ours.
 
@@ -150,9 +150,9 @@ async def _no_route(
     try:
         content = await unless_disconnected(request, gw.upstreams.read_all(sent))
     except APIError as e:
-        observe(gw, rid=rid, route=route, started=started, status=e.status, sent=sent)
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status, sent=sent)
         return _error(e, rid)
-    observe(gw, rid=rid, route=route, started=started, status=status, sent=sent)
+    observe(gw, rid=rid, trace=trace, route=route, started=started, status=status, sent=sent)
     try:
         shaped = isinstance(orjson.loads(content).get("error"), dict)
     except (orjson.JSONDecodeError, AttributeError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
+import re
 from typing import Any
 
 import orjson
@@ -65,6 +66,20 @@ new_request_id = _RequestIds().next
 def request_id(request: Request) -> str:
     """The client's ``x-request-id``, else a new random one."""
     return header(request, b"x-request-id") or new_request_id()
+
+
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def trace_id(request: Request) -> str | None:
+    """The trace id of the caller's W3C ``traceparent``, for the access log; None without a valid one."""
+    value = header(request, b"traceparent")
+    if value is None:
+        return None
+    match = _TRACEPARENT.match(value.strip())
+    if match is None or value.startswith("ff") or match[1] == "0" * 32:  # version ff and zeros are invalid
+        return None
+    return match[1]
 
 
 def check_key(request: Request, keys: list[str], what: str = "API key") -> None:

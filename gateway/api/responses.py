@@ -29,7 +29,7 @@ from gateway.api.errors import (
     error_response,
     responses_error_event,
 )
-from gateway.api.request import forced_pool, json_object, request_id
+from gateway.api.request import forced_pool, json_object, request_id, trace_id
 from gateway.api.routes import Relay, decision_headers, unless_disconnected
 from gateway.routing.policy import Decision, RouteRequest
 from gateway.upstream.events import EventMeter
@@ -109,7 +109,7 @@ def _text(content: Any) -> str:
 async def responses(request: Request) -> Response:
     """Validate → classify and decide (as a chat) → forward to ``/v1/responses`` → observe."""
     gw = state.of(request)
-    started, rid = now(), request_id(request)
+    started, rid, trace = now(), request_id(request), trace_id(request)
     decision: Decision | None = None
     view: dict[str, Any] | None = None
     try:
@@ -130,7 +130,7 @@ async def responses(request: Request) -> Response:
             gw.observer.forwarded(decision, sent.pool)
             status = sent.response.status
             observe(
-                gw, rid=rid, route="responses", started=started, status=status, sent=sent,
+                gw, rid=rid, trace=trace, route="responses", started=started, status=status, sent=sent,
                 decision=decision, payload=view, content=content,
             )  # fmt: skip
             media_type = sent.response.headers.get("content-type", "application/json")
@@ -140,7 +140,14 @@ async def responses(request: Request) -> Response:
         sent = await unless_disconnected(request, gw.upstreams.send(PATH, body, headers, decision.pool))
     except APIError as e:
         observe(
-            gw, rid=rid, route="responses", started=started, status=e.status, decision=decision, payload=view
+            gw,
+            rid=rid,
+            trace=trace,
+            route="responses",
+            started=started,
+            status=e.status,
+            decision=decision,
+            payload=view,
         )
         message = f"{e.message} (request id {rid})" if e.status >= 500 else e.message
         extra = decision_headers(decision, decision.pool, rid) if decision else {"x-request-id": rid}
@@ -152,7 +159,7 @@ async def responses(request: Request) -> Response:
 
     def done(s: Sent, failed: int | None) -> None:
         observe(
-            gw, rid=rid, route="responses", started=started, status=failed or status, sent=s,
+            gw, rid=rid, trace=trace, route="responses", started=started, status=failed or status, sent=s,
             decision=chosen, payload=view, meter=meter,
         )  # fmt: skip
 

@@ -28,6 +28,7 @@ from gateway.api.request import (
     parse_body,
     read_body,
     request_id,
+    trace_id,
 )
 from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError
@@ -87,6 +88,7 @@ class Exchange:
     api: Api
     started: float
     request_id: str
+    trace_id: str | None = None
     payload: dict[str, Any] | None = None
     decision: Decision | None = None
     measurement: str | None = None  # how a speculative request's acceptance is measured (access log)
@@ -106,7 +108,7 @@ class Exchange:
 async def _handle(request: Request, api: Api) -> Response:
     """One request's path, top to bottom: validate → classify and decide → forward (measure) → observe."""
     gw = _gateway(request)
-    ex = Exchange(gw, api, perf_counter(), request_id(request))
+    ex = Exchange(gw, api, perf_counter(), request_id(request), trace_id(request))
     try:
         raw, payload = await _validate(request, ex)
         ex.payload = payload
@@ -482,6 +484,7 @@ def _finish(
         content=content,
         resumption=resumption,
         measurement=ex.measurement,
+        trace_id=ex.trace_id,
     )
     observer.observe(record)
     measured = ex.measurement in ("stream", "uncertain", "interval") and record.resumed_on is None

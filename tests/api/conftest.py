@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from gateway.app import create_app, fast_path
 from gateway.config import Settings, load_settings
@@ -72,6 +73,7 @@ class InProcess:
         self.settings: Settings | None = None
         self.failure: BaseException | None = None
         self.main: asyncio.Future[None] | None = None
+        self.app: FastAPI | None = None
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -79,6 +81,13 @@ class InProcess:
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         assert self.client is not None
         return self.run(self.client.request(method, path, **kwargs))
+
+    def flush_access_log(self) -> None:
+        """Wait until the access-log lines of the requests so far are on stdout (``capsys`` reads them)."""
+        assert self.app is not None
+        access_log = self.app.state.gateway.observer.access_log
+        assert access_log is not None
+        access_log.flush()
 
     def __enter__(self) -> InProcess:
         self.thread.start()
@@ -115,7 +124,7 @@ class InProcess:
                 urls.append(f"http://127.0.0.1:{sock.getsockname()[1]}")
             config = demo_config([urls[0]], [urls[1]], free_port(), MODEL, extra=self.overrides)
             self.settings = load_settings(overrides=config)
-            app = create_app(self.settings)
+            app = self.app = create_app(self.settings)
             async with app.router.lifespan_context(app):
                 transport = httpx.ASGITransport(app=fast_path(app))
                 async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=30) as c:

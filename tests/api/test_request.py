@@ -8,7 +8,7 @@ import pytest
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
-from gateway.api.request import header, new_request_id, read_body, request_id
+from gateway.api.request import header, new_request_id, read_body, request_id, trace_id
 
 RAW = [
     (b"host", b"gw:8000"),
@@ -87,3 +87,26 @@ async def test_a_client_gone_mid_body_is_a_499_and_a_body_over_the_limit_a_413()
     with pytest.raises(APIError) as e:
         await read_body(large, 100)
     assert e.value.status == 413
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "expected"),
+    [
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "4bf92f3577b34da6a3ce929d0e0e4736"),
+        (
+            " 01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-more ",
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+        ),
+        ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", None),  # all zeros: invalid
+        ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None),  # version ff: invalid
+        ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", None),  # upper case: invalid
+        ("00-4bf92f35-00f067aa0ba902b7-01", None),
+        ("not a trace", None),
+        (None, None),
+    ],
+)
+def test_the_trace_id_is_read_from_a_valid_traceparent_only(
+    traceparent: str | None, expected: str | None
+) -> None:
+    headers = [] if traceparent is None else [(b"traceparent", traceparent.encode())]
+    assert trace_id(Request({"type": "http", "headers": headers})) == expected

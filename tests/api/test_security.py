@@ -135,15 +135,17 @@ def test_the_client_authorization_is_not_forwarded_unless_configured() -> None:
         assert _upstream_auth(stack, "/v1/chat/completions") == {None}
 
 
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACE = {
-    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01",
     "tracestate": "vendor=opaque",
 }
 
 
-def test_the_callers_trace_context_reaches_the_engine_and_nothing_is_made_up() -> None:
+def test_the_callers_trace_context_reaches_the_engine_and_nothing_is_made_up(capsys) -> None:
     """vLLM with tracing on makes its spans children of the ``traceparent`` it gets: every route that
-    forwards passes the caller's W3C trace context on, whichever pool serves it."""
+    forwards passes the caller's W3C trace context on, whichever pool serves it, and the access log
+    names the trace."""
     requests = [
         ("/v1/completions", {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4}, "baseline"),
         ("/v1/completions", {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4}, "speculative"),
@@ -162,6 +164,15 @@ def test_the_callers_trace_context_reaches_the_engine_and_nothing_is_made_up() -
         assert stack.request("POST", "/v1/chat/completions", json=CHAT).status_code == 200
         sent = [h for upstream in stack.upstreams for p, h in upstream.heads if p == "/v1/chat/completions"]
         assert sent and not any(b"traceparent" in h or b"tracestate" in h for h in sent)
+        stack.flush_access_log()
+    lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(line["route"], line["trace_id"]) for line in lines] == [
+        ("completions", TRACE_ID),
+        ("completions", TRACE_ID),
+        ("chat", TRACE_ID),
+        ("tokenize", TRACE_ID),
+        ("chat", None),
+    ]
 
 
 def test_an_upstream_key_from_the_environment_goes_to_every_upstream_call(monkeypatch) -> None:
