@@ -286,8 +286,9 @@ class Upstreams:
                         raise _UpstreamStatus(response.status, await response.read(), retry_after)
                     if response.status == 404:
                         first = await response.read()
-                        if _model_missing(first):
-                            raise _ModelMissing(first)
+                        missing = _missing_model(first)
+                        if missing is not None:
+                            raise _ModelMissing(missing)
                         return Sent(endpoint, response, first, chunks, retries=attempt, sent_at=sent_at)
                     first = b""
                     async for piece in chunks:
@@ -305,7 +306,7 @@ class Upstreams:
             except _ModelMissing as e:
                 # the configuration says this model is served: this endpoint lacks it (mid-rollout, a
                 # LoRA adapter not loaded here). Nothing ran: sent elsewhere, never ejected for it
-                kind, last_error = "model_missing", ModelNotServed(_message(e.body))
+                kind, last_error = "model_missing", ModelNotServed(e.message)
                 now = time.monotonic()
                 if now - self._missing_told.get(endpoint.base_url, -MISSING_LOG_S) >= MISSING_LOG_S:
                     self._missing_told[endpoint.base_url] = now  # once a minute: every request meets it
@@ -641,22 +642,19 @@ _BUSY = (503, 429)
 
 
 class _ModelMissing(Exception):
-    def __init__(self, body: bytes):
-        self.body = body
+    def __init__(self, message: str):
+        self.message = message
 
 
-def _model_missing(body: bytes) -> bool:
-    """A 404 that is vLLM's answer for a model it does not serve (``param: "model"``), not a missing route."""
+def _missing_model(body: bytes) -> str | None:
+    """The message of vLLM's 404 for a model it does not serve (``param: "model"``), for the client (a
+    4xx's text is the client's to read); None for any other 404, such as a route it lacks."""
     try:
         error = orjson.loads(body).get("error")
     except (orjson.JSONDecodeError, AttributeError):
-        return False
-    return isinstance(error, dict) and error.get("param") == "model"
-
-
-def _message(body: bytes) -> str:
-    """The upstream's error message for the client (a 4xx's text is the client's to read)."""
-    error = orjson.loads(body)["error"]
+        return None
+    if not isinstance(error, dict) or error.get("param") != "model":
+        return None
     message = error.get("message")
     return message if isinstance(message, str) and message else "the model is not served by any endpoint"
 
