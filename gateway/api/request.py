@@ -68,7 +68,7 @@ def request_id(request: Request) -> str:
     return header(request, b"x-request-id") or new_request_id()
 
 
-_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 def trace_id(request: Request) -> str | None:
@@ -77,9 +77,9 @@ def trace_id(request: Request) -> str | None:
     if value is None:
         return None
     match = _TRACEPARENT.match(value.strip())
-    if match is None or value.startswith("ff") or match[1] == "0" * 32:  # version ff and zeros are invalid
+    if match is None or match[1] == "ff" or match[2] == "0" * 32:  # version ff and zeros are invalid
         return None
-    return match[1]
+    return match[2]
 
 
 def check_key(request: Request, keys: list[str], what: str = "API key") -> None:

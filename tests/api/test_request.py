@@ -99,6 +99,7 @@ async def test_a_client_gone_mid_body_is_a_499_and_a_body_over_the_limit_a_413()
         ),
         ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", None),  # all zeros: invalid
         ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None),  # version ff: invalid
+        (" ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None),  # however it is spaced
         ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", None),  # upper case: invalid
         ("00-4bf92f35-00f067aa0ba902b7-01", None),
         ("not a trace", None),
