@@ -46,7 +46,7 @@ Answer = Literal[
     "busy_for_7s",
 ]
 
-#: vLLM's answer for a model it does not serve (tests/fixtures: error_unknown_model.txt, model renamed)
+#: vLLM's answer for a model it does not serve, in the shape of its 404 (written here, model renamed)
 MODEL_MISSING = (
     b'{"error":{"message":"The model `m` does not exist. Valid aliases: other.",'
     b'"type":"NotFoundError","param":"model","code":404}}'
