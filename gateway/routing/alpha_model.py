@@ -13,10 +13,11 @@ The model::
 the pool-wide changes detected so far (0 at start), so with no
 data the prediction is exactly the prior the gateway always had; every weight starts at mean 0 with
 variance ``PRIOR_VAR``. A measured request updates the weights of its features by a Kalman step with
-a diagonal covariance (recursive least squares, one multiply-add per feature). Its observation noise
-is the sampling noise of a proportion measured from ``trials`` draft draws (delta method on the
-logit) plus ``PROMPT_VAR`` for what no feature explains, so a short request moves the model less
-than a long one.
+a diagonal covariance (recursive least squares, one multiply-add per feature). What it measured,
+accepted drafts out of ``trials`` draws, enters as a Gaussian observation of its logit that gives the
+binomial likelihood's posterior mode (:func:`binomial_observation`), with ``PROMPT_VAR`` added for
+what no feature explains, so a short request moves the model less than a long one, and one that
+accepted every draft (or none) counts for what the likelihood says.
 
 The covariance is kept diagonal (one variance per weight), and an update scales the variances of
 the request's features by the factor the exact update applies to that request's own predictive
@@ -41,7 +42,10 @@ not a pool-wide change: the weights learn that; nor is a deployment unlike the p
 requests, where kinds seen for the first time, or still being learned in the run's direction, are off
 by how wrong the prior is for them and would drag every other kind with them. A change moves a common
 offset, added to every prediction, by the agreeing kinds' mean residual at once instead of waiting for
-measurements of every feature.
+measurements of every feature. A change that one kind shows but that cannot be shown pool-wide (the
+only kind the traffic has measured, or others moved against it) makes the weights read by the requests
+of its run as uncertain as the prior's: what was learned before it no longer holds, and the next
+measurements relearn them in a few requests instead of by slivers against a confident past.
 
 Exploration reads the posterior: :meth:`AlphaModel.sample` draws a logit from N(mean, var), for
 Thompson sampling on the predicted speedup.
@@ -72,12 +76,56 @@ SHIFT_MIN_RUN = 3  # a change needs at least this many requests in the run that 
 SHIFT_KIND_LOGIT = 0.5  # a kind's mean residual over the run beyond this says which way it moved
 KIND_Z_RATE = 0.3  # weight of one request in its kind's running mean standardised residual
 ERROR_RATE = 0.05  # weight of one request in the running prediction-error summary
+NEWTON_STEPS = 60  # at most, to find a measured request's posterior mode (a few suffice)
 REFRESH_S = 0.01  # forgetting is applied to a weight once this share of a half-life has passed
 
 
 def logit(p: float) -> float:
     p = min(1.0 - ALPHA_CLIP, max(ALPHA_CLIP, p))
     return math.log(p / (1.0 - p))
+
+
+def binomial_observation(alpha: float, trials: float, mean: float, var: float) -> tuple[float, float]:
+    """A measured request as a Gaussian observation of its logit, and that observation's variance.
+
+    The request accepted ``alpha · trials`` of ``trials`` draft draws; before it, its logit was
+    believed N(``mean``, ``var``). The binomial likelihood is combined with that belief at its mode
+    (a Laplace approximation: Newton steps on a concave log-posterior), and the result is returned
+    as the pseudo-observation that gives the same mode through the Kalman update the weights use.
+
+    Why not the logit of the measured proportion with the delta method's variance: at 0 and 1 it is
+    infinite, and clipped it says little (24 of 24 drafts accepted reads as logit 4.6 give or take
+    2), so a request that accepted every draft barely moved a model that had learned none would be,
+    and a draft fixed after a bad one was noticed late. The likelihood knows better: 24 of 24 is
+    very unlikely at an alpha of 0.66, whatever the exact alpha near 1 is.
+    """
+    n = trials
+    hit = min(n, max(0.0, alpha * n))
+
+    def slope(t: float) -> float:  # of the log-posterior: decreasing in t, so its root is the mode
+        return hit - n * sigmoid(t) - (t - mean) / var
+
+    # the mode lies between the belief and where the slope at the belief, held, would reach zero
+    # (the likelihood's pull only weakens on the way); Newton steps that leave the bracket bisect
+    lo, hi = sorted((mean, mean + var * slope(mean)))
+    theta = mean
+    for _ in range(NEWTON_STEPS):
+        g = slope(theta)
+        if g > 0:
+            lo = theta
+        else:
+            hi = theta
+        p = sigmoid(theta)
+        nxt = theta + g / (n * p * (1.0 - p) + 1.0 / var)
+        if not lo < nxt < hi:
+            nxt = (lo + hi) / 2
+        if abs(nxt - theta) < 1e-7:
+            theta = nxt
+            break
+        theta = nxt
+    p = sigmoid(theta)
+    noise = 1.0 / max(1e-12, n * p * (1.0 - p))
+    return mean + (theta - mean) * (var + noise) / var, noise
 
 
 def sigmoid(x: float) -> float:
@@ -129,6 +177,7 @@ class AlphaModel:
     names: dict[int, str] = field(default_factory=dict)  # last feature name seen per slot (≤ SLOTS)
     updates: int = 0
     shifts: int = 0
+    forgotten: int = 0  # changes not shown to be pool-wide, after which the requests' weights forgot
     error_mean: float = 0.0  # running mean of measured - predicted alpha
     error_abs: float = 0.0  # running mean of |measured - predicted alpha|
     _up: float = 0.0
@@ -138,6 +187,9 @@ class AlphaModel:
     # the run (nan: never measured)] over the current run
     _run_up: dict[str, list[float]] = field(default_factory=dict)
     _run_down: dict[str, list[float]] = field(default_factory=dict)
+    # per side, the weights the current run's requests read
+    _slots_up: set[int] = field(default_factory=set)
+    _slots_down: set[int] = field(default_factory=set)
     _kind_z: dict[str, float] = field(default_factory=dict)  # running mean standardised residual per kind
     _z2: float = 1.0  # running mean of the squared standardised residual (1 when the noise model fits)
 
@@ -181,10 +233,10 @@ class AlphaModel:
             return None
         if pred is None:
             pred = self.predict(x, p_structured)
-        a = min(1.0 - ALPHA_CLIP, max(ALPHA_CLIP, alpha))
-        noise = 1.0 / (trials * a * (1.0 - a)) + PROMPT_VAR  # var of the measured logit
+        measured, noise = binomial_observation(alpha, trials, pred.mean, pred.var + PROMPT_VAR)
+        noise += PROMPT_VAR
         s_total = pred.var + noise
-        resid = logit(alpha) - pred.mean
+        resid = measured - pred.mean
         gain = resid / s_total
         mean, var = self.mean, self.var
         shrink = noise / s_total  # the exact update's factor on this request's predictive variance
@@ -198,12 +250,13 @@ class AlphaModel:
         err = alpha - pred.alpha
         self.error_mean += ERROR_RATE * (err - self.error_mean)
         self.error_abs += ERROR_RATE * (abs(err) - self.error_abs)
-        self._detect(x.kind, resid / math.sqrt(s_total), resid)
+        self._detect(x, resid / math.sqrt(s_total), resid)
         return pred
 
-    def _detect(self, kind: str, z: float, resid: float) -> None:
-        # clipped: the logit of a proportion from a few draws has heavy tails (a short request that
-        # accepted nothing sits at logit(ALPHA_CLIP)); a real change shows in many requests anyway
+    def _detect(self, x: Features, z: float, resid: float) -> None:
+        kind = x.kind
+        # clipped: the logit of a proportion from a few draws has heavy tails; a real change shows
+        # in many requests anyway
         z = max(-Z_CLIP, min(Z_CLIP, z))
         # calibrated: when the noise model is off (prompts vary more than PROMPT_VAR says), the
         # residuals are larger than their stated spread all the time; that is not a change
@@ -215,16 +268,23 @@ class AlphaModel:
         self._kind_z[kind] = z if before is None else before + KIND_Z_RATE * (z - before)
         # each side of the detector keeps its own run: the errors of a fall that was still being
         # learned must not count against the rise that follows it (a draft fixed after a bad one)
-        for run, active in ((self._run_up, self._up > 0.0), (self._run_down, self._down > 0.0)):
+        for run, slots, active in (
+            (self._run_up, self._slots_up, self._up > 0.0),
+            (self._run_down, self._slots_down, self._down > 0.0),
+        ):
             if not active:
                 run.clear()
+                slots.clear()
                 continue
             acc = run.setdefault(kind, [0.0, 0.0, math.nan if before is None else before])
             acc[0] += 1
             acc[1] += resid
+            slots.update(x.slots)
         if max(self._up, self._down) <= CUSUM_LIMIT:
             return
-        sign, run = (1.0, self._run_up) if self._up > self._down else (-1.0, self._run_down)
+        up = self._up > self._down
+        sign, run = (1.0, self._run_up) if up else (-1.0, self._run_down)
+        slots = self._slots_up if up else self._slots_down
         if sum(a[0] for a in run.values()) < SHIFT_MIN_RUN:
             return
         # a change is a kind that was predicted within the noise and no longer is, or one whose errors
@@ -236,13 +296,21 @@ class AlphaModel:
         ]
         agree = [m for _, m, s in means if s and sign * m > SHIFT_KIND_LOGIT]
         against = [m for c, m, _ in means if c >= 2 and sign * m < -SHIFT_KIND_LOGIT]
-        self._up = self._down = 0.0
-        self._run_up.clear()
-        self._run_down.clear()
         if len(agree) >= 2 and not against:
             # every kind moved: shift every prediction by their mean residual at once
             self.shift_offset += sum(agree) / len(agree)
             self.shifts += 1
+        elif agree:
+            # a change, but not shown to be pool-wide (one kind moved, or others moved against it):
+            # what was learned about the requests that revealed it no longer holds, so their weights
+            # become as uncertain as the prior's and the next measurements relearn them at once
+            # instead of by slivers
+            for s in slots:
+                self.var[s] = PRIOR_VAR
+            self.forgotten += 1
+        self._up = self._down = 0.0
+        for side in (self._run_up, self._run_down, self._slots_up, self._slots_down):
+            side.clear()
 
     @property
     def spread(self) -> float:
@@ -262,6 +330,7 @@ class AlphaModel:
         return {
             "updates": self.updates,
             "pool_shifts_detected": self.shifts,
+            "changes_forgotten": self.forgotten,
             "shift_offset_logit": round(self.shift_offset, 4),
             "features_seen": len(self.names),
             "hash_slots": SLOTS,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 import tracemalloc
 from statistics import pstdev
 
 import pytest
 
-from gateway.routing.alpha_model import AlphaModel, prior_alpha
+from gateway.routing.alpha_model import AlphaModel, binomial_observation, logit, prior_alpha, sigmoid
 from gateway.routing.features import SLOTS, extract
 
 
@@ -135,6 +136,53 @@ def test_a_draft_fixed_after_a_bad_one_brings_every_request_back_at_once(bad: in
     assert model.shifts > shifts
     assert min(model.predict(_x(b, k), 0.9).alpha for b, k in THREE_KINDS) > 0.7
     assert model.predict(unmeasured, 0.9).alpha > 0.6
+
+
+@pytest.mark.parametrize(("alpha", "trials"), [(0.5, 400), (0.8, 1000), (0.2, 300)])
+def test_a_well_measured_request_reads_as_its_own_logit(alpha: float, trials: float):
+    """Away from 0 and 1, with many draws, the observation is the measured proportion's logit with the
+    delta method's variance, whatever was believed before."""
+    y, noise = binomial_observation(alpha, trials, -2.0, 0.5)
+    assert y == pytest.approx(logit(alpha), abs=0.05)
+    assert noise == pytest.approx(1.0 / (trials * alpha * (1.0 - alpha)), rel=0.1)
+
+
+@pytest.mark.parametrize(("hit", "trials"), [(24, 24), (0, 30), (1, 30), (23, 24)])
+def test_a_proportion_at_the_boundary_is_finite_and_moves_towards_what_was_measured(hit: int, trials: int):
+    mean, var = logit(0.5), 0.35
+    y, noise = binomial_observation(hit / trials, trials, mean, var)
+    assert math.isfinite(y) and 0 < noise < 10
+    posterior = mean + var / (var + noise) * (y - mean)
+    assert (posterior - mean) * (hit / trials - 0.5) > 0
+
+
+def test_every_draft_accepted_is_strong_evidence_against_a_middling_prediction():
+    """24 of 24 drafts accepted is very unlikely at alpha 0.66: one such request lifts the request's
+    alpha past the break-even of a costly draft (0.79 at c = 0.5, k = 4). The logit of the clipped
+    proportion with the delta method's variance (4.6 give or take 2) left it at 0.74."""
+    mean, var = logit(0.66), 0.35
+    y, noise = binomial_observation(1.0, 24, mean, var)
+    assert sigmoid(mean + var / (var + noise) * (y - mean)) > 0.8
+
+
+def test_a_change_shown_by_one_kind_relearns_the_requests_that_showed_it():
+    """One kind measured while a draft accepted nothing, another never measured; then the draft is fixed.
+    Only one kind was predicted before, so the change cannot be shown to be pool-wide; the weights the
+    run's requests read forget instead, and the next measurements bring both back within a few
+    requests (short ones: 24 draws each). Without forgetting they were not back after 40."""
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    learned = [(CODE, "code")]
+    _measure(model, clock, 15, 0.0, 30, learned, every=1.5)
+    both = [*learned, (LIST, "numeric")]
+    assert model.predict(_x(CODE, "code"), 0.9).alpha < 0.3
+    assert model.predict(_x(LIST, "numeric"), 0.9).alpha < 0.8
+    for n in range(1, 41):
+        _measure(model, clock, 1, 1.0, 24, [both[n % 2]], every=1.5)
+        if min(model.predict(_x(b, k), 0.9).alpha for b, k in both) > 0.8:
+            break
+    assert n <= 16, f"{n} measured requests to relearn"
+    assert model.shifts == 0 and model.forgotten >= 1
 
 
 def test_a_draft_unlike_the_prior_from_the_start_is_not_a_pool_wide_shift():
