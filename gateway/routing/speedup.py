@@ -14,20 +14,32 @@ request gets E(alpha, k) tokens per step (Leviathan et al.)::
 At small batch this is the textbook speedup E / (1 + k·c); at large batch the verification cost
 eats the gain, which is why the decision depends on the pool's current batch as well as on alpha.
 
-Learned from what the gateway observes (exponentially weighted, starting from configuration):
-``step_s`` from baseline TPOT below the knee; ``c`` from speculative TPOT below the knee, once the
-request's own measured acceptance has been divided out and ``WARM_UP`` baseline requests have timed
-the step (c is measured in units of it); ``knee`` from either pool's TPOT above it.
+Learned from what the gateway observes, starting from configuration: ``step_s``, the median
+baseline TPOT below the knee; the cost of a speculative step (draft and verification), the median
+speculative TPOT below the knee with each request's own measured acceptance multiplied back in;
+``c`` from the two, ``(spec_step / step_s - 1) / k``, once ``WARM_UP`` baseline requests have timed
+the step; ``knee`` (exponentially weighted) from either pool's TPOT above it.
+
+Medians of the latest ``STEP_WINDOW`` requests, and c as a ratio of the two rather than a running
+mean of per-request ratios: the first requests to a cold server, or those that met a moment of
+contention, time a step several times too long. A running mean kept such a start for dozens of
+requests, and each speculative request's ratio, taken against the step time of the moment, carried
+it on into c: on a shared CPU, a step time timed 50 % high at first held c near 0 while speculation
+ran at twice baseline's TPOT, and a draft that accepted nothing looked free. A median ignores a few
+such requests and follows a lasting change within half a window.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 from gateway.speculation import expected_length
 
-LEARN_RATE = 0.05  # weight of one observation in the running estimates, once warmed up
+LEARN_RATE = 0.05  # weight of one observation in the running estimate of the knee
+STEP_WINDOW = 25  # the step costs are medians of this many latest requests
 # baseline observations before step_s is trusted to learn c and the knee from. A couple are enough: c's
 # error is about the step time's relative error times (1 + k·c) / k (10 % off in step_s is 0.02 to 0.03
 # in c at k = 7), while waiting for many keeps a wrong configured c, and every decision made with it, for
@@ -44,6 +56,9 @@ class SpeedupModel:
     knee: float = 64.0
     base_observations: int = 0
     spec_observations: int = 0
+    spec_step_s: float | None = None  # cost of one speculative step below the knee
+    base_steps: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_WINDOW))
+    spec_steps: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_WINDOW))
 
     def step(self, verified: float) -> float:
         return self.step_s * max(1.0, verified / self.knee)
@@ -79,24 +94,32 @@ class SpeedupModel:
             return
         self.base_observations += 1
         if batch <= self.knee:
-            # a running mean first (the configured start may be far off), then a moving average
-            self.step_s += max(LEARN_RATE, 1.0 / self.base_observations) * (tpot_s - self.step_s)
+            self.base_steps.append(tpot_s)
+            self.step_s = median(self.base_steps)
+            self._update_c()
         elif tpot_s > KNEE_SIGNAL * self.step_s:
             self._learn_knee(batch, tpot_s / self.step_s)
 
     def observe_speculative(self, tpot_s: float, batch: float, alpha: float) -> None:
         """A speculative request's TPOT at ``batch``, with its own measured acceptance."""
-        if tpot_s <= 0 or self.base_observations < WARM_UP:
-            return  # c is measured in units of step_s: wait until step_s is known
-        self.spec_observations += 1
+        if tpot_s <= 0:
+            return
         k = self.k
-        ratio = tpot_s * expected_length(alpha, k) / self.step_s  # step cost in units of step_s
+        step = tpot_s * expected_length(alpha, k)  # seconds per speculative step
         verified = batch * (k + 1)
         if verified <= self.knee:
-            c = min(0.5, max(0.0, (ratio - 1.0) / k))
-            self.c += max(LEARN_RATE, 1.0 / self.spec_observations) * (c - self.c)
-        elif ratio - k * self.c > KNEE_SIGNAL:
-            self._learn_knee(verified, ratio - k * self.c)
+            self.spec_observations += 1
+            self.spec_steps.append(step)
+            self.spec_step_s = median(self.spec_steps)
+            self._update_c()
+        elif self.base_observations >= WARM_UP and step / self.step_s - k * self.c > KNEE_SIGNAL:
+            self._learn_knee(verified, step / self.step_s - k * self.c)
+
+    def _update_c(self) -> None:
+        """c from the two running step costs, once ``WARM_UP`` baseline requests timed the step."""
+        if self.spec_step_s is None or self.base_observations < WARM_UP:
+            return  # c is measured in units of step_s: wait until step_s is known
+        self.c = min(0.5, max(0.0, (self.spec_step_s / self.step_s - 1.0) / self.k))
 
     def _learn_knee(self, verified: float, cost: float) -> None:
         knee = min(1e6, max(float(self.k + 1), verified / cost))
@@ -107,6 +130,7 @@ class SpeedupModel:
             "k": self.k,
             "draft_cost_ratio": round(self.c, 4),
             "step_ms": round(self.step_s * 1000, 3),
+            "speculative_step_ms": None if self.spec_step_s is None else round(self.spec_step_s * 1000, 3),
             "knee_tokens": round(self.knee, 1),
             "baseline_observations": self.base_observations,
             "speculative_observations": self.spec_observations,
