@@ -13,10 +13,13 @@ whichever is selected; the strategy only changes the final choice:
   ``explore``) when a draw from the acceptance model's posterior predicts a gain (Thompson
   sampling: requests whose acceptance is uncertain get measured, well-known ones do not; the draw
   is widened by how much larger the model's residuals run than its variance says), or with
-  probability ``routing.exploration_rate`` (a floor). Only requests predicted for baseline are
-  explored: acceptance is measured on the speculative pool alone, so sending a request to
-  baseline would teach nothing. The margin guards against a wrong prediction, so it shrinks with
-  the prediction's uncertainty: ``margin · max(0.2, sd / prior sd)``.
+  probability ``routing.exploration_rate`` (a floor). Acceptance is measured on the speculative
+  pool alone, so sending a request predicted for speculative to baseline would teach nothing
+  about acceptance; it does time baseline's step, by which the speedup model measures the draft's
+  cost, so until ``STEP_WINDOW`` baseline requests have timed it, a streamed request predicted for
+  speculative goes to baseline at the exploration rate (reason ``explore`` too). The margin guards
+  against a wrong prediction, so it shrinks with the prediction's uncertainty:
+  ``margin · max(0.2, sd / prior sd)``.
   With ``routing.acceptance_model: per-kind`` the older behaviour holds: one decayed mean per
   (kind, class) and a fixed ``exploration_rate``;
 - ``classifier``: speculative exactly when the classifier says "structured";
@@ -59,7 +62,7 @@ from gateway.routing.estimates import AlphaEstimates
 from gateway.routing.features import extract
 from gateway.routing.outliers import OutlierDetector
 from gateway.routing.policy import Classifier, Decision, Feedback, Outcome, RouteRequest
-from gateway.routing.speedup import SpeedupModel
+from gateway.routing.speedup import STEP_WINDOW, SpeedupModel
 from gateway.speculation import Measured
 from gateway.upstream.pool import Pool
 from gateway.upstream.scrape import Scraper
@@ -179,6 +182,8 @@ class AdaptivePolicy:
             if finish > gain:
                 pool = "speculative"
                 reason = "predicted-gain" if speedup > gain else "baseline-queued"
+                if reason == "predicted-gain" and not base.ahead and self._time_baseline(request.body):
+                    pool, reason, explore = "baseline", "explore", True
             elif self._explore(prediction, spec, base, tpot_base, tokens, gain):
                 pool, reason, explore = "speculative", "explore", True
             else:
@@ -228,6 +233,24 @@ class AdaptivePolicy:
         if spec.ahead > 0 or base.ahead > 0:
             return self._finish_gain(tpot_spec, tpot_base, spec, base, tokens) > gain
         return tpot_base / tpot_spec > gain
+
+    def _time_baseline(self, body: Mapping[str, Any]) -> bool:
+        """Send a request predicted for speculative to baseline, to time baseline's step?
+
+        The speedup model measures the draft's cost in units of baseline's step time, and only
+        baseline requests time it. A gateway that believes speculation pays sends none there, so a
+        step time timed wrong by the first few (a cold server is several times slower at first) would
+        stay wrong for good: timed too slow, it makes speculation look free, and a draft that accepts
+        nothing keeps all the traffic. So until ``STEP_WINDOW`` baseline requests have timed it,
+        streamed requests (only they time a step) go there at the exploration rate.
+        """
+        rate = self.routing.exploration_rate
+        return (
+            self.model.base_observations < STEP_WINDOW
+            and bool(rate)
+            and body.get("stream") is True
+            and self.rng.random() < rate
+        )
 
     def _finish_gain(
         self, tpot_spec: float, tpot_base: float, spec: PoolLoad, base: PoolLoad, tokens: float

@@ -11,6 +11,7 @@ from gateway.config import RoutingConfig, Strategy
 from gateway.observability import Metrics
 from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.policy import Decision, Outcome, RouteRequest
+from gateway.routing.speedup import STEP_WINDOW
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import Reading, Scraper
 
@@ -68,6 +69,23 @@ def test_exploration_share_matches_the_rate():
     assert p.counts["explore"] == explored
     again = _policy(exploration_rate=0.2, acceptance_model="per-kind")  # seeded: the same sequence
     assert sum(again.decide(OPEN).explore for _ in range(n)) == explored
+
+
+def test_baseline_is_timed_at_the_exploration_rate_until_its_step_is_known():
+    """Requests predicted for speculative, streamed, go to baseline at the exploration rate while fewer
+    than STEP_WINDOW baseline requests have timed its step; non-streamed ones (which time nothing) never,
+    and none once the step is known."""
+    p = _policy(exploration_rate=0.2)
+    streamed = RouteRequest({"prompt": "repeat this", "stream": True}, "completions")
+    n = 2000
+    timed = [p.decide(streamed) for _ in range(n)]
+    to_base = [d for d in timed if d.pool == "baseline"]
+    assert all((d.reason, d.explore) == ("explore", True) for d in to_base)
+    assert len(to_base) / n == pytest.approx(0.2, abs=3 * (0.2 * 0.8 / n) ** 0.5)
+    assert all(p.decide(STRUCTURED).pool == "speculative" for _ in range(200))
+    for _ in range(STEP_WINDOW):
+        p.model.observe_baseline(0.045, 1)
+    assert all(p.decide(streamed).pool == "speculative" for _ in range(200))
 
 
 def _finished(p: AdaptivePolicy, pool: str, decode_s: float, tokens: int, n: int = 1) -> None:
