@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from .client import PROMPTS, completion, spec_counters, stream
@@ -31,14 +32,14 @@ def adaptive_gateway(fleet: Fleet, baseline: VllmServer, gateway_factory: Callab
 
 def route_until(gateway: str, target: str) -> tuple[list[str], list[str]]:
     """Send sequential streamed requests until ``WINDOW`` exploiting decisions in a row chose ``target``
-    (or ``MAX_REQUESTS`` were sent); returns (all pools, exploiting pools)."""
+    (or ``MAX_REQUESTS`` were sent); returns (each request's pool and reason, exploiting pools)."""
     pools: list[str] = []
     exploiting: list[str] = []
     for i in range(MAX_REQUESTS):
         s = stream(gateway, "/v1/completions", completion(MODEL_NAME, PROMPTS[i % 3]))
         assert s.status == 200 and s.done
         pool, reason = s.headers["x-specroute-pool"], s.headers["x-specroute-reason"]
-        pools.append(pool)
+        pools.append(f"{pool}:{reason}")
         if "explor" not in reason.lower():
             exploiting.append(pool)
         if exploiting[-WINDOW:] == [target] * WINDOW:
@@ -46,11 +47,19 @@ def route_until(gateway: str, target: str) -> tuple[list[str], list[str]]:
     return pools, exploiting
 
 
+def explain(gateway: str, pools: list[str]) -> str:
+    """What a phase routed, and what the gateway had learned by then."""
+    learned = httpx.get(f"{gateway}/admin/routing", timeout=10).text
+    return f"routed: {pools}\nlearned: {learned}"
+
+
 def test_adaptive_leaves_and_returns_to_speculation(fleet: Fleet, adaptive_gateway: str) -> None:
     spec = fleet.ensure("speculative", "draft-other")
     before = spec_counters(spec.url)
     pools, exploiting = route_until(adaptive_gateway, "baseline")
-    assert exploiting[-WINDOW:] == ["baseline"] * WINDOW, f"still routing to a useless draft: {pools}"
+    if exploiting[-WINDOW:] != ["baseline"] * WINDOW:
+        pytest.fail("still routing to a useless draft\n" + explain(adaptive_gateway, pools))
+    print(f"left the useless draft after {len(pools)} requests\n" + explain(adaptive_gateway, pools))
     after = spec_counters(spec.url)
     assert before is not None and after is not None
     tried = after - before
@@ -60,4 +69,6 @@ def test_adaptive_leaves_and_returns_to_speculation(fleet: Fleet, adaptive_gatew
 
     spec = fleet.restart("speculative", "draft-same")
     pools, exploiting = route_until(adaptive_gateway, "speculative")
-    assert exploiting[-WINDOW:] == ["speculative"] * WINDOW, f"traffic did not come back: {pools}"
+    if exploiting[-WINDOW:] != ["speculative"] * WINDOW:
+        pytest.fail("traffic did not come back\n" + explain(adaptive_gateway, pools))
+    print(f"came back after {len(pools)} requests\n" + explain(adaptive_gateway, pools))
