@@ -16,8 +16,9 @@ whichever is selected; the strategy only changes the final choice:
   probability ``routing.exploration_rate`` (a floor). Acceptance is measured on the speculative
   pool alone, so sending a request predicted for speculative to baseline would teach nothing
   about acceptance; it does time baseline's step, by which the speedup model measures the draft's
-  cost, so until ``STEP_WINDOW`` baseline requests have timed it, a streamed request predicted for
-  speculative goes to baseline at the exploration rate (reason ``explore`` too). The margin guards
+  cost, so while fewer baseline requests have timed it than ``STEP_WINDOW`` and than a quarter of
+  the speculative ones, a streamed request predicted for speculative goes to baseline at the
+  exploration rate (reason ``explore`` too). The margin guards
   against a wrong prediction, so it shrinks with the prediction's uncertainty:
   ``margin · max(0.2, sd / prior sd)``.
   With ``routing.acceptance_model: per-kind`` the older behaviour holds: one decayed mean per
@@ -71,6 +72,7 @@ STALE_SCRAPES = 3  # scraped gauges older than this many intervals are ignored
 MARGIN_FLOOR = 0.2  # the share of the margin that stays however well a request's acceptance is known
 RESIDENCE_RATE = 0.05  # weight of one request in a pool's running mean residence time
 DEFAULT_TOKENS = 256.0  # output tokens expected before any request has finished
+TIMING_SHARE = 0.25  # baseline is timed on purpose while its timings are under this share of speculation's
 
 
 class PoolLoad(NamedTuple):
@@ -241,12 +243,15 @@ class AdaptivePolicy:
         baseline requests time it. A gateway that believes speculation pays sends none there, so a
         step time timed wrong by the first few (a cold server is several times slower at first) would
         stay wrong for good: timed too slow, it makes speculation look free, and a draft that accepts
-        nothing keeps all the traffic. So until ``STEP_WINDOW`` baseline requests have timed it,
-        streamed requests (only they time a step) go there at the exploration rate.
+        nothing keeps all the traffic. So while fewer baseline requests than ``STEP_WINDOW``, and
+        than a quarter of the speculative ones, have timed it, streamed requests (only they time a
+        step) go there at the exploration rate. Traffic that sends baseline its share (prose) times
+        it anyway and is never sent there for this.
         """
         rate = self.routing.exploration_rate
+        model = self.model
         return (
-            self.model.base_observations < STEP_WINDOW
+            model.base_observations < min(STEP_WINDOW, TIMING_SHARE * model.spec_observations)
             and bool(rate)
             and body.get("stream") is True
             and self.rng.random() < rate

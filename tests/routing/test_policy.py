@@ -71,12 +71,15 @@ def test_exploration_share_matches_the_rate():
     assert sum(again.decide(OPEN).explore for _ in range(n)) == explored
 
 
-def test_baseline_is_timed_at_the_exploration_rate_until_its_step_is_known():
+def test_baseline_is_timed_at_the_exploration_rate_while_its_timings_lag():
     """Requests predicted for speculative, streamed, go to baseline at the exploration rate while fewer
-    than STEP_WINDOW baseline requests have timed its step; non-streamed ones (which time nothing) never,
-    and none once the step is known."""
+    baseline requests have timed its step than STEP_WINDOW and than a quarter of the speculative ones;
+    non-streamed ones (which time nothing) never, and none once baseline has its share of timings."""
     p = _policy(exploration_rate=0.2)
     streamed = RouteRequest({"prompt": "repeat this", "stream": True}, "completions")
+    assert all(p.decide(streamed).pool == "speculative" for _ in range(200))  # nothing timed either
+    for _ in range(4 * STEP_WINDOW):
+        p.model.observe_speculative(0.02, 1, 0.8)
     n = 2000
     timed = [p.decide(streamed) for _ in range(n)]
     to_base = [d for d in timed if d.pool == "baseline"]
