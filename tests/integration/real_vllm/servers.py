@@ -11,8 +11,10 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,10 +60,12 @@ class VllmSetup:
         return cls(Path(venv), Path(models), cache, logs)
 
 
-def server_env(setup: VllmSetup) -> dict[str, str]:
-    """The environment a CPU vLLM needs here: offline, no telemetry, its cache inside ours."""
+def server_env(setup: VllmSetup, tmp: Path) -> dict[str, str]:
+    """The environment a CPU vLLM needs here: offline, no telemetry, its cache inside ours, its temporary
+    files in ``tmp`` (it leaves a ``vllm_dist_*`` file behind per start otherwise)."""
     return {
         **os.environ,
+        "TMPDIR": str(tmp),
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "HF_HUB_OFFLINE": "1",
@@ -104,13 +108,14 @@ class VllmServer:
         self.variant, self.port = variant, port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = setup.log_dir / f"vllm-{variant}-{port}-{int(time.time())}.log"
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"specroute-vllm-{variant}-"))
         with open(self.log_path, "wb") as log:
             self.popen = subprocess.Popen(
                 serve_args(setup, variant, port),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=server_env(setup),
+                env=server_env(setup, self.tmp),
                 start_new_session=True,
             )
         self._watchdog = subprocess.Popen(
@@ -162,6 +167,7 @@ class VllmServer:
         if self._watchdog.poll() is None:
             self._watchdog.kill()
             self._watchdog.wait(5)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _group_alive(pgid: int) -> bool:
