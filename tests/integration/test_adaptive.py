@@ -240,9 +240,11 @@ def test_share_follows_acceptance_drift(pools, workdir):
             t_drop = time.perf_counter()
             before = share(t_drop - 3, t_drop)
             _control(pools["speculative"].url, acceptance_scale=0.3)
-            time.sleep(window + 3)
-            after = share(t_drop + window, t_drop + window + 3)
-            predicted_after = share(t_drop + window, t_drop + window + 3, "predicted-gain")
+            # the share after the drop is what exploration still sends (a 0.2 floor and Thompson draws):
+            # 6 s of requests (about 15 structured ones), so that one window's draws do not decide it
+            time.sleep(window + 6)
+            after = share(t_drop + window, t_drop + window + 6)
+            predicted_after = share(t_drop + window, t_drop + window + 6, "predicted-gain")
             t_restore = time.perf_counter()
             _control(pools["speculative"].url, acceptance_scale=1.0)
             back, t_back = 0.0, None
