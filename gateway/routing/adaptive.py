@@ -18,9 +18,8 @@ whichever is selected; the strategy only changes the final choice:
   about acceptance; it does time baseline's step, by which the speedup model measures the draft's
   cost, so while fewer baseline requests have timed it than ``STEP_WINDOW`` and than a quarter of
   the speculative ones, a streamed request predicted for speculative goes to baseline at the
-  exploration rate (reason ``explore`` too). The margin guards
-  against a wrong prediction, so it shrinks with the prediction's uncertainty:
-  ``margin · max(0.2, sd / prior sd)``.
+  exploration rate (reason ``explore`` too). The margin guards against a wrong prediction, so it
+  shrinks with the prediction's uncertainty: ``margin · max(0.2, sd / prior sd)``.
   With ``routing.acceptance_model: per-kind`` the older behaviour holds: one decayed mean per
   (kind, class) and a fixed ``exploration_rate``;
 - ``classifier``: speculative exactly when the classifier says "structured";

@@ -116,7 +116,7 @@ class SpeedupModel:
             self._learn_knee(verified, step / self.step_s - k * self.c)
 
     def _update_c(self) -> None:
-        """c from the two running step costs, once ``WARM_UP`` baseline requests timed the step."""
+        """c from the two step costs, once ``WARM_UP`` baseline requests have timed the step."""
         if self.spec_step_s is None or self.base_observations < WARM_UP:
             return  # c is measured in units of step_s: wait until step_s is known
         self.c = min(0.5, max(0.0, (self.spec_step_s / self.step_s - 1.0) / self.k))
