@@ -56,9 +56,13 @@ class SpeedupModel:
     knee: float = 64.0
     base_observations: int = 0
     spec_observations: int = 0
-    spec_step_s: float | None = None  # cost of one speculative step below the knee
     base_steps: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_WINDOW))
     spec_steps: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_WINDOW))
+
+    @property
+    def spec_step_s(self) -> float | None:
+        """Cost of one speculative step below the knee (None before any was timed)."""
+        return median(self.spec_steps) if self.spec_steps else None
 
     def step(self, verified: float) -> float:
         return self.step_s * max(1.0, verified / self.knee)
@@ -110,27 +114,30 @@ class SpeedupModel:
         if verified <= self.knee:
             self.spec_observations += 1
             self.spec_steps.append(step)
-            self.spec_step_s = median(self.spec_steps)
             self._update_c()
-        elif self.base_observations >= WARM_UP and step / self.step_s - k * self.c > KNEE_SIGNAL:
-            self._learn_knee(verified, step / self.step_s - k * self.c)
+        elif self.base_observations >= WARM_UP:
+            cost = step / self.step_s - k * self.c  # the verification's share, in units of step_s
+            if cost > KNEE_SIGNAL:
+                self._learn_knee(verified, cost)
 
     def _update_c(self) -> None:
         """c from the two step costs, once ``WARM_UP`` baseline requests have timed the step."""
-        if self.spec_step_s is None or self.base_observations < WARM_UP:
+        spec_step = self.spec_step_s
+        if spec_step is None or self.base_observations < WARM_UP:
             return  # c is measured in units of step_s: wait until step_s is known
-        self.c = min(0.5, max(0.0, (self.spec_step_s / self.step_s - 1.0) / self.k))
+        self.c = min(0.5, max(0.0, (spec_step / self.step_s - 1.0) / self.k))
 
     def _learn_knee(self, verified: float, cost: float) -> None:
         knee = min(1e6, max(float(self.k + 1), verified / cost))
         self.knee += LEARN_RATE * (knee - self.knee)
 
     def snapshot(self) -> dict[str, Any]:
+        spec_step = self.spec_step_s
         return {
             "k": self.k,
             "draft_cost_ratio": round(self.c, 4),
             "step_ms": round(self.step_s * 1000, 3),
-            "speculative_step_ms": None if self.spec_step_s is None else round(self.spec_step_s * 1000, 3),
+            "speculative_step_ms": None if spec_step is None else round(spec_step * 1000, 3),
             "knee_tokens": round(self.knee, 1),
             "baseline_observations": self.base_observations,
             "speculative_observations": self.spec_observations,
