@@ -30,7 +30,6 @@ from urllib.parse import urlsplit
 import aiohttp
 import httpx
 import orjson
-from prometheus_client import Gauge
 from yarl import URL
 
 from gateway.config import Settings
@@ -43,7 +42,7 @@ from gateway.errors import (
     UpstreamStatus,
     UpstreamTimeout,
 )
-from gateway.observability import Metrics
+from gateway.observability import GaugeChild, Metrics
 from gateway.types import OTHER_POOL, PoolName
 from gateway.upstream.backoff import retry_delay
 from gateway.upstream.credentials import UpstreamKeys
@@ -184,7 +183,7 @@ class Upstreams:
         self.wire = WirePool(connect_s=t.connect_s)
         self._targets: dict[str, _Target | None] = {}
         self._missing_told: dict[str, float] = {}  # endpoint URL -> when the log last said it lacks a model
-        self._inflight: dict[Endpoint, Gauge] = {}
+        self._inflight: dict[Endpoint, GaugeChild] = {}
         # per time limit (timeouts.first_byte_s, timeouts.total_s: the values callers pass)
         self._first_byte: dict[float, Deadlines] = {}
         self.jitter: Callable[[], float] = random.random  # draws the pause before a retry
@@ -198,7 +197,8 @@ class Upstreams:
         endpoint.outstanding += delta
         gauge = self._inflight.get(endpoint)
         if gauge is None:
-            gauge = self._inflight[endpoint] = self.metrics.inflight.labels(endpoint.pool, endpoint.name)
+            series = self.metrics.inflight.labels(endpoint.pool, endpoint.name)
+            gauge = self._inflight[endpoint] = GaugeChild(series)
         gauge.inc(delta)
 
     def _candidates(self, pool: PoolName, allow_failover: bool) -> list[PoolName]:

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.observability import MULTIPROC_ENV, Metrics, render
+from gateway.observability import MULTIPROC_ENV, GaugeChild, Metrics, render
 from gateway.upstream.pool import Endpoint
 
 #: every label a gateway series may carry: each takes a bounded set of values (the build's: one per build)
@@ -63,12 +63,17 @@ def test_forget_removes_a_departed_endpoint() -> None:
 
 
 def _worker(n: int, up: float, conn: object) -> None:
-    """One gateway worker: serves ``n`` requests, sees one in flight, reports endpoint health ``up``."""
+    """One gateway worker: serves ``n`` requests, sees one in flight, reports endpoint health ``up``.
+
+    It counts as the gateway does, through the cached children, which in multiprocess mode add through
+    the shared files' values rather than to a float of their own."""
     m = Metrics()
     for _ in range(n):
-        m.requests.labels("completions", "speculative", "structured", "200").inc()
-        m.tpot.labels("speculative", "structured").observe(0.02)
-    m.inflight.labels("speculative", "spec-0").inc()
+        m.child(m.requests, "completions", "speculative", "structured", "200").inc()
+        m.child(m.tpot, "speculative", "structured").observe(0.02)
+    inflight = GaugeChild(m.inflight.labels("speculative", "spec-0"))
+    inflight.inc(2)
+    inflight.inc(-1)
     m.endpoint_up.labels("speculative", "spec-0").set(up)
     gone = Endpoint("speculative", f"spec-gone-{n}", "http://127.0.0.1:9", 1.0)
     m.kv_cache_usage.labels("speculative", gone.name).set(0.5)
@@ -153,6 +158,12 @@ def test_a_cached_child_counts_exactly_as_prometheus_client_does() -> None:
         theirs.completion_tokens.labels("baseline", "open-ended").inc(tokens)
     ours.child(ours.requests, "chat", "baseline", "open-ended", "200").inc()
     theirs.requests.labels("chat", "baseline", "open-ended", "200").inc()
+    gauge = GaugeChild(ours.inflight.labels("speculative", "spec-0"))
+    for delta in (1, 1, -1, 3, -4, 1):
+        gauge.inc(delta)
+        theirs.inflight.labels("speculative", "spec-0").inc(delta)
+    # in one process the children add to the values' floats themselves, not through their locks
+    assert gauge._plain and ours.child(ours.e2e, "baseline", "open-ended")._plain  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="non-negative"):
         ours.child(ours.prompt_tokens, "baseline", "open-ended").inc(-1)
     with pytest.raises(ValueError, match="non-negative"):
@@ -161,7 +172,14 @@ def test_a_cached_child_counts_exactly_as_prometheus_client_does() -> None:
     def samples(m: Metrics) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
         return sorted(
             (s.name, tuple(sorted(s.labels.items())), s.value)
-            for c in (m.e2e, m.classifier_latency, m.completion_tokens, m.requests, m.prompt_tokens)
+            for c in (
+                m.e2e,
+                m.classifier_latency,
+                m.completion_tokens,
+                m.requests,
+                m.prompt_tokens,
+                m.inflight,
+            )
             for metric in c.collect()
             for s in metric.samples
             if not math.isnan(s.value)
