@@ -29,6 +29,15 @@ from gateway.upstream.resume import Resumption
 from gateway.upstream.stream import StreamMeter
 
 
+def _r(x: float, scale: float) -> float:
+    """``x`` rounded to ``1 / scale`` for the access log: ``round(x, n)`` without its exact decimal
+    conversion, which formats each value as a string first (5,400 instructions a request less). It
+    may differ from ``round(x, n)`` in the last digit where ``x * scale`` falls a hair from a half,
+    which a log does not mind; NaN, infinities and values too large to scale pass as they are."""
+    y = x * scale
+    return round(y) / scale if -1e15 < y < 1e15 else x
+
+
 @dataclass(slots=True, kw_only=True)
 class RequestRecord:
     """What one request did, from the first byte read to the last byte written."""
@@ -87,23 +96,23 @@ class RequestRecord:
         cls: str
         if d is not None:
             decided, cls, kind, reason, explore = d.pool, d.prompt_class, d.kind, d.reason, d.explore
-            p_structured: float | None = round(d.p_structured, 4)
-            alpha_hat = None if d.alpha is None else round(d.alpha, 4)
-            predicted = None if d.predicted_speedup is None else round(d.predicted_speedup, 3)
-            alpha_sd = None if d.alpha_sd is None else round(d.alpha_sd, 4)
+            p_structured: float | None = _r(d.p_structured, 1e4)
+            alpha_hat = None if d.alpha is None else _r(d.alpha, 1e4)
+            predicted = None if d.predicted_speedup is None else _r(d.predicted_speedup, 1e3)
+            alpha_sd = None if d.alpha_sd is None else _r(d.alpha_sd, 1e4)
         else:
             decided = kind = reason = p_structured = alpha_hat = predicted = alpha_sd = None
             cls, explore = "none", False
         if m is not None:
-            acceptance: float | None = round(m.rate, 4)
-            alpha: float | None = round(m.alpha, 4)
+            acceptance: float | None = _r(m.rate, 1e4)
+            alpha: float | None = _r(m.alpha, 1e4)
             steps: float | None = m.steps
             source: str | None = m.source
         else:
             acceptance = alpha = steps = source = None
         ttft, tpot, resumed_on = self.ttft_s, self.tpot_s, self.resumed_on
         line: dict[str, object] = {
-            "ts": round(self.ts, 3),
+            "ts": _r(self.ts, 1e3),
             "request_id": self.request_id,
             "trace_id": self.trace_id,
             "route": self.route,
@@ -121,13 +130,13 @@ class RequestRecord:
             "alpha_sd": alpha_sd,
             "acceptance": acceptance,
             "alpha": alpha,
-            "measured_speedup": None if f is None or f.speedup is None else round(f.speedup, 3),
+            "measured_speedup": None if f is None or f.speedup is None else _r(f.speedup, 1e3),
             "spec_steps": steps,
             "acceptance_source": source,
             "measurement": self.measurement,
-            "ttft_ms": None if ttft is None else round(ttft * 1000, 2),
-            "tpot_ms": None if tpot is None else round(tpot * 1000, 3),
-            "e2e_ms": round(self.e2e_s * 1000, 2),
+            "ttft_ms": None if ttft is None else _r(ttft * 1000, 1e2),
+            "tpot_ms": None if tpot is None else _r(tpot * 1000, 1e3),
+            "e2e_ms": _r(self.e2e_s * 1000, 1e2),
             "completion_tokens": self.completion_tokens,
             "resumed": len(resumed_on) if resumed_on else 0,
             "resumed_on": resumed_on or None,

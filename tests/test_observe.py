@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.accesslog import AccessLog
 from gateway.config import Strategy
 from gateway.observability import Metrics
-from gateway.observe import ACCESS_FIELDS, SEARCH_USAGE_FROM, Observer, RequestRecord
+from gateway.observe import ACCESS_FIELDS, SEARCH_USAGE_FROM, Observer, RequestRecord, _r
 from gateway.routing.policy import Decision, Feedback, Outcome
 from gateway.speculation import Measured
 from gateway.upstream.forward import Sent
@@ -275,6 +278,22 @@ def test_tokens_of_a_large_body_are_found_without_parsing_all_of_it(case: str, i
         sent=_sent(), content=body,
     )  # fmt: skip
     assert (rec.prompt_tokens, rec.completion_tokens) == expected
+
+
+@given(st.floats(-1e9, 1e9), st.sampled_from([(1e2, 2), (1e3, 3), (1e4, 4)]))
+def test_log_rounding_lands_on_the_decimal_grid_next_to_round(x: float, scale: tuple[float, int]) -> None:
+    factor, digits = scale
+    got = _r(x, factor)
+    assert abs(got - round(x, digits)) <= 1.0001 / factor  # the same, or one step over a near-half
+    assert abs(got - x) <= 0.5001 / factor
+    assert got * factor == pytest.approx(round(got * factor), rel=1e-12, abs=1e-6)
+
+
+def test_log_rounding_passes_what_cannot_be_scaled() -> None:
+    assert math.isnan(_r(math.nan, 1e4))
+    assert _r(math.inf, 1e3) == math.inf and _r(-math.inf, 1e3) == -math.inf
+    assert _r(1.7e20, 1e3) == 1.7e20
+    assert _r(1_764_000_000.123456, 1e3) == 1_764_000_000.123  # a wall-clock timestamp to the millisecond
 
 
 def test_every_field_of_a_log_line_rounded_as_documented() -> None:
