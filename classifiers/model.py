@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from classifiers.calibration import Calibration, logit
 from classifiers.features import CHAR_ORDERS, HASHED, HASHED_NAMESPACES, NAMESPACES, Features, extract
 from classifiers.kinds import kind_of
-from classifiers.request import RequestView, view
+from classifiers.request import RequestView, record, view
 
 if TYPE_CHECKING:
     from classifiers._grams import GramTable
@@ -59,7 +59,7 @@ TEMPERATURE_SLOPE = 1.2  # acceptance falls as temperature rises; 0.8 is neutral
 SHORT_OUTPUT_SHIFT = -0.3  # a handful of tokens leaves little for the draft model to win
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Prediction:
     p_structured: float
     label: Label

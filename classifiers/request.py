@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, dataclass_transform
 
 MAX_CHARS = 200_000  # never look beyond this much text of any one field
 SYSTEM_SCAN = 4_000  # characters of each system message read for a JSON or tool contract
@@ -20,7 +20,21 @@ SYSTEM_SCAN = 4_000  # characters of each system message read for a JSON or tool
 _SYSTEM_JSON = re.compile(r'json|"(?:parameters|properties|arguments)"\s*:', re.IGNORECASE)
 
 
-@dataclass(frozen=True, slots=True)
+_T = TypeVar("_T")
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def record(cls: type[_T]) -> type[_T]:
+    """A value made per prediction and never changed: a slotted dataclass, frozen for the type checker.
+
+    ``mypy --strict`` refuses assignments to its fields as for ``frozen=True``, while ``__init__`` stores
+    them directly instead of through ``object.__setattr__`` per field (the view and the prediction of
+    every request: 20,000 instructions less). Not hashable.
+    """
+    return dataclass(slots=True)(cls)
+
+
+@record
 class RequestView:
     text: str  # the text whose reply is predicted: completions prompt or last user turn
     context: str  # system prompt and earlier turns, joined

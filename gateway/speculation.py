@@ -23,8 +23,9 @@ Reading steps from a stream (tokens per chunk, from continuous usage):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
+
+from gateway.types import record
 
 
 def expected_length(alpha: float, k: int) -> float:
@@ -52,7 +53,7 @@ def alpha_from_length(length: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Measured:
     """Accepted draft tokens over verification steps, for one request or one scrape interval."""
 

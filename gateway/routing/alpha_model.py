@@ -63,6 +63,7 @@ from typing import Any
 
 from gateway.routing.estimates import PRIOR_OPEN, PRIOR_STRUCTURED
 from gateway.routing.features import SLOTS, Features
+from gateway.types import record
 
 PRIOR_VAR = 0.15  # prior variance of each weight (logit units squared)
 PROMPT_VAR = 0.05  # variance of a request's logit alpha that its features cannot explain
@@ -141,7 +142,7 @@ def prior_alpha(p_structured: float) -> float:
     return PRIOR_OPEN + (PRIOR_STRUCTURED - PRIOR_OPEN) * p
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AlphaPrediction:
     alpha: float  # alpha at the posterior mean of the logit
     mean: float  # posterior mean of logit(alpha)

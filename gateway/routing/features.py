@@ -20,10 +20,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 from zlib import crc32
+
+from gateway.types import record
 
 HASH_BITS = 12
 SLOTS = 1 << HASH_BITS
@@ -46,7 +47,7 @@ def slot(name: str) -> int:
     return s
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Features:
     """Hashed slots and their values, with the names kept for explaining the model."""
 

@@ -10,11 +10,11 @@ Strategies:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.config import Strategy
-from gateway.types import Api, PoolName, PromptClass
+from gateway.types import Api, PoolName, PromptClass, record
 
 if TYPE_CHECKING:
     from gateway.routing.alpha_model import AlphaPrediction
@@ -46,14 +46,14 @@ class Classifier(Protocol):
     def predict(self, body: Mapping[str, Any]) -> Prediction: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteRequest:
     body: Mapping[str, Any]
     api: Api
     forced_pool: PoolName | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Decision:
     pool: PoolName
     prompt_class: PromptClass
@@ -72,7 +72,7 @@ class Decision:
     prediction: AlphaPrediction | None = field(default=None, repr=False, compare=False)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Outcome:
     """What one finished request taught us; fed back to the policy."""
 
@@ -89,7 +89,7 @@ class Outcome:
     steps: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Feedback:
     """What the policy made of one measured request: its acceptance and speedup, as measured.
 

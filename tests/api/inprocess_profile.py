@@ -14,7 +14,11 @@ upstream client's, without the server's parsing of the client's request.
 
 ``--calm`` leaves out the work that comes with time rather than requests (health checks every 0.5 s,
 upstream scrapes): under a tool that slows the process down (``valgrind --tool=callgrind``), a run
-then does the same work per request however long it takes, and instruction counts compare.
+then does the same work per request however long it takes, and instruction counts compare. Under the
+default strategy some decisions still follow time (the speedup model learns from measured timings, and
+non-streamed requests to the speculative pool are measured at an interval): ``--strategy
+always-baseline`` keeps the whole decision (classifier, acceptance model, loads) but sends every request
+the same way, for counts that do not move with the machine's pace.
 
 ``--without`` replaces a part with a constant (the classifier's prediction, the acceptance model's
 features, the observation after the response, or its metrics); the difference to a run with everything is
@@ -74,6 +78,8 @@ async def _drive(args: argparse.Namespace) -> None:
     extra: dict[str, Any] = {"routing": {}}
     if args.seed is not None:
         extra["routing"]["seed"] = args.seed
+    if args.strategy is not None:
+        extra["routing"]["strategy"] = args.strategy
     if args.calm:
         extra["routing"]["scrape_interval_s"] = 3600.0
         extra["health"] = {"interval_s": 3600.0}
@@ -156,6 +162,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stream", action="store_true", help="streamed completions (the stub's chunks)")
     parser.add_argument("--seed", type=int, help="seed exploration: the same decisions in every run")
     parser.add_argument("--calm", action="store_true", help="health checks and scrapes at start only")
+    parser.add_argument(
+        "--strategy",
+        help="routing.strategy (default adaptive); always-baseline decides as fully but the same way"
+        " however fast the run goes, so instruction counts of two checkouts compare",
+    )
     parser.add_argument("--without", action="append", default=[], help="a part to take out (repeatable)")
     parser.add_argument("--profile", choices=("cumtime", "tottime"), help="print a cProfile, sorted so")
     args = parser.parse_args(argv)
