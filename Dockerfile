@@ -1,9 +1,9 @@
 # syntax=docker/dockerfile:1.7
 # SpecRoute gateway image. Build:  docker build -t specroute:0.1.0 .
 # With the source revision in specroute_build_info:  --build-arg GIT_REVISION="$(git rev-parse --short HEAD)"
-# Stage 1 builds a wheel of the project (with the classifier's C gram counter, so it has a compiler); stage 2
-# installs it with its serving dependencies only, at the versions pinned in constraints.txt, so no sources,
-# build tools or extras reach the final image.
+# Stage 1 builds a wheel of the project (with its C extensions, the classifier's gram counter and the acceptance
+# model's slots, so it has a compiler); stage 2 installs it with its serving dependencies only, at the versions
+# pinned in constraints.txt, so no sources, build tools or extras reach the final image.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

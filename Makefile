@@ -13,7 +13,7 @@ UV_VERSION := 0.13.9
 .PHONY: venv demo test lint typecheck unit test-timing test-vllm bench-compare bench-overhead train clean \
 	system-deps constraints docs monitoring
 
-$(STAMP): pyproject.toml setup.py classifiers/_grams.c $(CONSTRAINTS)
+$(STAMP): pyproject.toml setup.py classifiers/_grams.c gateway/routing/_slots.c $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml setup.py classifiers/_grams.c $(CONSTRAINTS)
 
 venv: $(STAMP)
 
-$(DEMO_STAMP): pyproject.toml setup.py classifiers/_grams.c $(CONSTRAINTS)
+$(DEMO_STAMP): pyproject.toml setup.py classifiers/_grams.c gateway/routing/_slots.c $(CONSTRAINTS)
 	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install -q --upgrade pip
 	$(DEMO_VENV)/bin/python -m pip install -q -c $(CONSTRAINTS) -e '.[emulator]'

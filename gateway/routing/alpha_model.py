@@ -65,6 +65,22 @@ from gateway.routing.estimates import PRIOR_OPEN, PRIOR_STRUCTURED
 from gateway.routing.features import SLOTS, Features
 from gateway.types import record
 
+
+def _weighted_c() -> Callable[..., tuple[float, float, float] | None] | None:
+    """The prediction's sums in C (``gateway/routing/_slots.c``), or None where the package was built
+    without it."""
+    try:
+        from gateway.routing._slots import weighted
+    except ImportError:
+        return None
+    return weighted
+
+
+_WEIGHTED = _weighted_c()
+
+#: every so many updates, the names of the request's slots are recorded again (see ``AlphaModel.names``)
+NAME_RENEWAL = 32
+
 PRIOR_VAR = 0.15  # prior variance of each weight (logit units squared)
 PROMPT_VAR = 0.05  # variance of a request's logit alpha that its features cannot explain
 ALPHA_CLIP = 0.01  # measured alpha is clipped to [CLIP, 1 - CLIP] before taking its logit
@@ -175,7 +191,10 @@ class AlphaModel:
     mean: array[float] = field(default_factory=lambda: array("d", bytes(8 * SLOTS)))
     var: array[float] = field(default_factory=lambda: array("d", [PRIOR_VAR]) * SLOTS)
     stamp: array[float] = field(default_factory=lambda: array("d", bytes(8 * SLOTS)))
-    names: dict[int, str] = field(default_factory=dict)  # last feature name seen per slot (≤ SLOTS)
+    # a feature name per slot (≤ SLOTS), to explain the weights: recorded for a slot without one, and
+    # renewed for every slot of each NAME_RENEWAL-th update (a slot shared by several names shows one
+    # the recent traffic uses)
+    names: dict[int, str] = field(default_factory=dict)
     updates: int = 0
     shifts: int = 0
     forgotten: int = 0  # changes not shown to be pool-wide, after which the requests' weights forgot
@@ -208,6 +227,12 @@ class AlphaModel:
         m, v, x2 = offset + self.shift_offset, 0.0, 0.0
         mean, var, stamp = self.mean, self.var, self.stamp
         horizon = REFRESH_S * self.half_life_s
+        if _WEIGHTED is not None:
+            # the same sums in C; None when a slot's forgetting is due, which the loop below applies
+            sums = _WEIGHTED(x.slots, x.values, mean, var, stamp, m, now, horizon)
+            if sums is not None:
+                m, v, x2 = sums
+                return AlphaPrediction(sigmoid(m), m, v, offset, x2 * PRIOR_VAR)
         for s, xi in zip(x.slots, x.values, strict=True):
             if now - stamp[s] > horizon:
                 self._refresh(s, now)
@@ -245,8 +270,10 @@ class AlphaModel:
             pv = var[s]
             mean[s] += pv * xi * gain
             var[s] = pv * shrink
-        for s, n in zip(x.slots, x.names, strict=True):
-            self.names[s] = n
+        names = self.names
+        # a request's names are built from its text on demand: only where a slot has none yet
+        if self.updates % NAME_RENEWAL == 0 or not all(map(names.__contains__, x.slots)):
+            names.update(zip(x.slots, x.names, strict=True))
         self.updates += 1
         err = alpha - pred.alpha
         self.error_mean += ERROR_RATE * (err - self.error_mean)

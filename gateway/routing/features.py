@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import pairwise
 from typing import Any
 from zlib import crc32
@@ -49,12 +49,45 @@ def slot(name: str) -> int:
 
 @record
 class Features:
-    """Hashed slots and their values, with the names kept for explaining the model."""
+    """Hashed slots and their values; the names behind them are read back only to explain the model."""
 
     slots: tuple[int, ...]
     values: tuple[float, ...]
-    names: tuple[str, ...]
+    fixed: tuple[str, ...]  # the names of the first slots; the window's word grams name the rest
+    window: str = ""  # the lowered instruction window
     kind: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Each slot's feature name. Built on demand (only a measured request's update keeps them): every
+        request pays for its slots, few for their names."""
+        return self.fixed + tuple(["w=" + g for g in _grams(self.window)]) if self.window else self.fixed
+
+
+def _spaced(window: str) -> bool:
+    """Text with spaces between its words; Chinese, Japanese and the like get character pairs instead."""
+    return window.count(" ") * 12 >= len(window)
+
+
+def _grams(window: str) -> list[str]:
+    """The word grams of the lowered instruction window: its first words and each two neighbours (the
+    definition ``_slots.word_slots`` is held to), or the character pairs of text with few spaces."""
+    if not _spaced(window):
+        return [window[i : i + 2] for i in range(min(CJK_CHARS, len(window) - 1))]
+    words = _WORD.findall(window)[:WINDOW_WORDS]
+    return words + list(map(" ".join, pairwise(words)))
+
+
+def _word_slots_c() -> Callable[[str, int, int], tuple[int, ...] | None] | None:
+    """The C reader of the window's word slots, or None where the package was built without it."""
+    try:
+        from gateway.routing._slots import word_slots
+    except ImportError:
+        return None
+    return word_slots
+
+
+_WORD_SLOTS = _word_slots_c()
 
 
 def _instruction(body: Mapping[str, Any]) -> tuple[str, int]:
@@ -112,21 +145,29 @@ def extract(body: Mapping[str, Any], kind: str, p_structured: float) -> Features
     if body.get("tools"):
         names.append("tools")
         values.append(1.0)
+    gram_slots: tuple[int, ...] | None = None
+    count = 0  # word grams
     if window:
         # str.isascii runs in C: the per-character count is paid only by text that has non-ASCII in it
         non_ascii = 0.0 if window.isascii() else sum(1 for ch in window if ord(ch) > 127) / len(window)
         if non_ascii > 0.1:
             names.append("non_ascii")
             values.append(non_ascii)
-        if window.count(" ") * 12 < len(window):
-            grams = [window[i : i + 2] for i in range(min(CJK_CHARS, len(window) - 1))]
+        if _WORD_SLOTS is not None and _spaced(window):
+            gram_slots = _WORD_SLOTS(window, WINDOW_WORDS, MASK)
+        if gram_slots is not None:
+            count = len(gram_slots)
         else:
-            words = _WORD.findall(window)[:WINDOW_WORDS]
-            grams = words + list(map(" ".join, pairwise(words)))
-        if grams:
-            names += ["w=" + g for g in grams]
-            values += [1.0 / math.sqrt(len(grams))] * len(grams)
+            grams = _grams(window)
+            count = len(grams)
+        if count:
+            values += [1.0 / math.sqrt(count)] * count
+    fixed = tuple(names)
     slots = tuple(map(_FIXED.get, names))  # the known names' slots in one pass, then the others'
     if None in slots:
         slots = tuple([slot(n) if s is None else s for s, n in zip(slots, names, strict=True)])
-    return Features(slots, tuple(values), tuple(names), kind)  # type: ignore[arg-type]
+    if gram_slots is None and count:
+        gram_slots = tuple([slot("w=" + g) for g in grams])
+    if gram_slots:
+        slots += gram_slots
+    return Features(slots, tuple(values), fixed, window if count else "", kind)  # type: ignore[arg-type]

@@ -77,6 +77,7 @@ def test_the_wheel_holds_the_packages_and_the_model_but_no_training_data(wheel: 
     assert tops == {"gateway", "classifiers", _dist_info(wheel)}, tops
     assert "classifiers/model/model.json.gz" in names, "the shipped classifier is what serving reads"
     assert any(n.startswith("classifiers/_grams.") and n.endswith(".so") for n in names), "the C gram counter"
+    assert any(n.startswith("gateway/routing/_slots.") and n.endswith(".so") for n in names), "the C slots"
     data = [n for n in names if n.endswith((".jsonl", ".csv", ".parquet", ".arrow", ".tsv")) or "/data/" in n]
     assert not data, data
     assert not any(n.startswith("tests/") or "/fixtures/" in n for n in names)

@@ -9,8 +9,15 @@ from statistics import pstdev
 
 import pytest
 
-from gateway.routing.alpha_model import AlphaModel, binomial_observation, logit, prior_alpha, sigmoid
-from gateway.routing.features import SLOTS, extract
+from gateway.routing.alpha_model import (
+    NAME_RENEWAL,
+    AlphaModel,
+    binomial_observation,
+    logit,
+    prior_alpha,
+    sigmoid,
+)
+from gateway.routing.features import SLOTS, Features, extract
 
 
 class Clock:
@@ -317,3 +324,19 @@ def test_spread_widens_exploration_draws_when_residuals_outrun_the_variance():
     for _ in range(60):
         calm.observe(_x(CODE), 0.9, 0.75, 200.0)
     assert calm.spread == pytest.approx(1.0)
+
+
+def test_slot_names_are_recorded_once_and_renewed_every_so_often() -> None:
+    model = AlphaModel()
+    x = extract({"prompt": "Repeat the list below"}, "qa", 0.5)
+    model.observe(x, 0.5, 0.6, 50)
+    assert all(model.names[s] == n for s, n in zip(x.slots, x.names, strict=True))
+    # another name in one of its slots (a hash collision): the slot keeps its name ...
+    other = Features(slots=(x.slots[-1],), values=(1.0,), fixed=("w=other",), kind="qa")
+    model.observe(other, 0.5, 0.6, 50)
+    assert model.names[x.slots[-1]] == x.names[-1]
+    # ... until the next renewal, which records the names of the request being learned
+    while model.updates % NAME_RENEWAL:
+        model.observe(x, 0.5, 0.6, 50)
+    model.observe(other, 0.5, 0.6, 50)
+    assert model.names[x.slots[-1]] == "w=other"
