@@ -82,8 +82,14 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+_GUIDED = ("guided_json", "guided_regex", "guided_grammar", "structured_outputs")
+_CONSTRAINT_KEYS = frozenset((*_GUIDED, "guided_choice", "response_format"))
+
+
 def _constraint(body: Mapping[str, Any]) -> float:
-    for key in ("guided_json", "guided_regex", "guided_grammar", "structured_outputs"):
+    if _CONSTRAINT_KEYS.isdisjoint(body):  # most requests: one C-level pass over the body's few keys
+        return 0.0
+    for key in _GUIDED:
         if body.get(key):
             return 1.0
     if body.get("guided_choice"):
@@ -99,6 +105,8 @@ def _constraint(body: Mapping[str, Any]) -> float:
 
 
 def _stop_structured(stop: Any) -> bool:
+    if not stop:
+        return False
     stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
     return any(
         isinstance(s, str) and ("```" in s or "\n" in s or s.strip() in {";", "}", "</"}) for s in stops
