@@ -111,6 +111,8 @@ def _shift(v: RequestView) -> float:
 # Namespaces that hold the same set on a short prompt (``extract`` passes one object for both): the
 # head and tail word windows within HEAD_NS characters, the character windows within CHAR_HEAD.
 TWINS = (("wh", "wt"), ("ch", "ct"))
+# one namespace's share of the score: (namespace, its weights, twin namespace, merged twin table)
+_Step = tuple[str, dict[str, float], str | None, dict[str, float] | None]
 
 
 @dataclass(slots=True)
@@ -124,9 +126,10 @@ class Classifier:
     used: frozenset[str] = field(init=False)  # the namespaces with weights: the others are not extracted
     # (namespace, table, twin namespace, merged table) per namespace with weights, in NAMESPACES order; built
     # from ``sparse`` at construction, like ``used``
-    _plan: list[tuple[str, dict[str, float], str | None, dict[str, float] | None]] = field(
-        init=False, repr=False, compare=False
-    )
+    _plan: list[_Step] = field(init=False, repr=False, compare=False)
+    # ``_plan`` without the namespaces whose grams come as texts or hashes rather than sets, by (character
+    # windows given as texts, words given as hashes): their sets are empty then, so ``score`` skips them
+    _set_plans: dict[tuple[bool, bool], list[_Step]] = field(init=False, repr=False, compare=False)
     # per character namespace with weights: (namespace, gram orders, its table hashed for
     # ``classifiers._grams``, twin namespace, merged twin table); None where that module is missing or
     # refuses a table, and the character grams then go through Python sets
@@ -156,6 +159,15 @@ class Classifier:
         self._plan = [
             (ns, self.sparse[ns], *twin_of.get(ns, (None, None))) for ns in NAMESPACES if self.sparse.get(ns)
         ]
+        self._set_plans = {
+            (chars, words): [
+                entry
+                for entry in self._plan
+                if not (chars and entry[0] in CHAR_ORDERS) and not (words and entry[0] in HASHED_NAMESPACES)
+            ]
+            for chars in (False, True)
+            for words in (False, True)
+        }
         self._char_plan = None
         if GRAM_TABLE is not None:
             try:
@@ -195,7 +207,7 @@ class Classifier:
             z += self._char_score(f.chars)
         if f.words is not None:
             z += self._word_score(f.words)
-        for ns, table, twin, merged in self._plan:
+        for ns, table, twin, merged in self._set_plans[f.chars is not None, f.words is not None]:
             grams = sparse[ns]
             if not grams:
                 continue

@@ -157,6 +157,9 @@ class EndpointScrape:
     last: Interval | None = None  # the latest interval that had drafts
     last_at: float | None = None  # monotonic time of the latest successful scrape
     capacity: int | None = None  # running requests seen while others waited: max_num_seqs
+    # what routing reads while the last scrape is fresh, and once it is too old: made at each scrape
+    # rather than at each of the requests in between
+    loads: tuple[EndpointLoad, EndpointLoad] | None = None
     failures: int = 0
     error: str | None = None
 
@@ -191,6 +194,11 @@ class EndpointScrape:
         self.last_at = reading.at
         self.failures = 0
         self.error = None
+        in_engine = (reading.running or 0.0) + (reading.waiting or 0.0)
+        self.loads = (
+            EndpointLoad(in_engine, self.queued, self.capacity),
+            EndpointLoad(None, False, self.capacity),
+        )
 
     def snapshot(self) -> dict[str, Any]:
         r, iv = self.reading, self.last
@@ -255,13 +263,10 @@ class Scraper:
     def load(self, endpoint: Endpoint, max_age_s: float, now: float | None = None) -> EndpointLoad | None:
         """The endpoint's load as last scraped; ``None`` before its first successful scrape."""
         state = self._state(endpoint)
-        if state is None or state.reading is None:
+        if state is None or state.loads is None or state.last_at is None:
             return None
-        age = state.age(now)
-        fresh = age is not None and age <= max_age_s
-        r = state.reading
-        in_engine = (r.running or 0.0) + (r.waiting or 0.0) if fresh else None
-        return EndpointLoad(in_engine, state.queued if fresh else False, state.capacity)
+        age = (time.monotonic() if now is None else now) - state.last_at
+        return state.loads[0] if age <= max_age_s else state.loads[1]
 
     def drafts(self, endpoint: Endpoint) -> int | None:
         """How many tokens the endpoint drafts per step (k), as its counters' labels say."""
