@@ -98,6 +98,10 @@ def _ids(prompt: Any) -> bool:
     )
 
 
+# the keys of a chat delta that carries text and nothing the transcript must react to
+_TEXT_ONLY = frozenset(("content",))
+
+
 @dataclass(slots=True)
 class Transcript:
     """What the client has been sent of one streamed response (recorded by the stream meter)."""
@@ -138,14 +142,17 @@ class Transcript:
                 self.blocked = "finished"
             delta = c.get("delta")
             if isinstance(delta, dict):
-                if delta.get("role"):
-                    self.role_sent = True
-                if delta.get("tool_calls") or delta.get("function_call"):
-                    self.blocked = "tool call in flight"
-                if delta.get("reasoning") or delta.get("reasoning_content"):
-                    self.blocked = "reasoning in flight"
-                if isinstance(delta.get("content"), str):
-                    self.text.append(delta["content"])
+                # most deltas hold text only: one C-level test of their keys instead of five lookups
+                if not _TEXT_ONLY.issuperset(delta):
+                    if delta.get("role"):
+                        self.role_sent = True
+                    if delta.get("tool_calls") or delta.get("function_call"):
+                        self.blocked = "tool call in flight"
+                    if delta.get("reasoning") or delta.get("reasoning_content"):
+                        self.blocked = "reasoning in flight"
+                content = delta.get("content")
+                if isinstance(content, str):
+                    self.text.append(content)
             elif isinstance(c.get("text"), str):
                 self.text.append(c["text"])
             if isinstance(c.get("prompt_token_ids"), list) and self.prompt_token_ids is None:
