@@ -466,3 +466,21 @@ def test_the_splice_reads_any_line_ends(eol: bytes) -> None:
     assert events[-1].rstrip(b"\r\n") == b"data: [DONE]"
     (rest,) = [orjson.loads(e[6:]) for e in events[:-1]]  # the repeated role chunk is dropped
     assert rest["id"] == "chatcmpl-first" and rest["choices"][0]["delta"] == {"content": "x"}
+
+
+@pytest.mark.parametrize(
+    ("delta", "text", "role_sent", "blocked"),
+    [
+        ({"content": "ase"}, ["ase"], False, None),
+        ({"role": "assistant", "content": ""}, [""], True, None),
+        ({"content": None, "tool_calls": [{"index": 0}]}, [], False, "tool call in flight"),
+        ({"reasoning_content": "hm"}, [], False, "reasoning in flight"),
+        ({}, [], False, None),
+    ],
+)
+def test_a_chat_delta_is_recorded_by_what_it_holds(
+    delta: dict[str, Any], text: list[str], role_sent: bool, blocked: str | None
+) -> None:
+    transcript = Transcript()
+    transcript.record({"id": "c1", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    assert (transcript.text, transcript.role_sent, transcript.blocked) == (text, role_sent, blocked)
