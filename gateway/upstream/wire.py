@@ -87,9 +87,12 @@ class Headers(dict[str, str]):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; carries one response at a time."""
 
-    def __init__(self, pool: WirePool, key: tuple[str, int]) -> None:
+    def __init__(self, pool: WirePool, key: tuple[str, int], loop: asyncio.AbstractEventLoop) -> None:
         self.pool = pool
         self.key = key
+        # the connection's own loop: ``asyncio.get_running_loop()`` is a getpid system call on Python 3.11,
+        # and a stream waits for its next read once a chunk
+        self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.response: WireResponse | None = None
@@ -303,7 +306,7 @@ class WireResponse:
                 raise self._error
             if self.done:
                 return
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._conn.loop.create_future()
             try:
                 await self._waiter
             finally:
@@ -365,8 +368,7 @@ class WirePool:
         conn = self._take(host, port)
         if conn is None:
             conn = await self._connect(host, port)
-        loop = asyncio.get_running_loop()
-        response = WireResponse(conn, loop.create_future())
+        response = WireResponse(conn, conn.loop.create_future())
         conn.response = response
         try:
             assert conn.transport is not None
@@ -418,7 +420,9 @@ class WirePool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_s):
-                _, conn = await loop.create_connection(lambda: _Connection(self, (host, port)), host, port)
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self, (host, port), loop), host, port
+                )
         except TimeoutError:
             raise ConnectFailed(f"no connection to {host}:{port} within {self.connect_s} s") from None
         except OSError as e:
