@@ -337,7 +337,7 @@ class AdaptivePolicy:
         for ep in self.pools["speculative"].endpoints:
             k = self.scraper.drafts(ep)
             if k:
-                self.model.k = k
+                self.model.use_k(k)
                 return
 
     # -- learning --------------------------------------------------------------------------------

@@ -46,6 +46,11 @@ STEP_WINDOW = 25  # the step costs are medians of this many latest requests
 # as long as an adaptive gateway that believes speculation pays takes to send that many to baseline
 WARM_UP = 2
 KNEE_SIGNAL = 1.25  # a step this much dearer than step_s is taken as being past the knee
+# c as learned is held to [0, C_MAX]. At c = 1 a draft step costs a target step and speculation can no longer
+# pay (E(alpha, k) <= k + 1 = 1 + k·c): a larger c changes no decision, and a smaller bound would
+# under-state a dear draft (a bound of 0.5 at k = 7 put a measured 6x step at 4.5x, and promised a 1.3x
+# gain at alpha 0.9 that was a 5 % loss)
+C_MAX = 1.0
 
 
 @dataclass
@@ -63,6 +68,14 @@ class SpeedupModel:
     def spec_step_s(self) -> float | None:
         """Cost of one speculative step below the knee (None before any was timed)."""
         return median(self.spec_steps) if self.spec_steps else None
+
+    def use_k(self, k: int) -> None:
+        """The speculative pool's number of draft tokens, as its counters now show it. The speculative
+        steps timed at another k cost another number of draft steps: they leave the window, so c is
+        learned again from steps of this k (c itself, a per-draft-token cost, stays until then)."""
+        if k != self.k:
+            self.k = k
+            self.spec_steps.clear()
 
     def step(self, verified: float) -> float:
         return self.step_s * max(1.0, verified / self.knee)
@@ -125,7 +138,7 @@ class SpeedupModel:
         spec_step = self.spec_step_s
         if spec_step is None or self.base_observations < WARM_UP:
             return  # c is measured in units of step_s: wait until step_s is known
-        self.c = min(0.5, max(0.0, (spec_step / self.step_s - 1.0) / self.k))
+        self.c = min(C_MAX, max(0.0, (spec_step / self.step_s - 1.0) / self.k))
 
     def _learn_knee(self, verified: float, cost: float) -> None:
         knee = min(1e6, max(float(self.k + 1), verified / cost))

@@ -248,3 +248,26 @@ def test_prediction_error_is_exported_per_class():
     name = "specroute_acceptance_prediction_error_ratio_bucket"
     assert f'{name}{{class="structured",le="-0.5"}} 1.0' in text
     assert f'{name}{{class="structured",le="+Inf"}} 1.0' in text
+
+
+def test_a_redeployed_speculative_pool_with_another_k_is_learned_from_its_new_steps():
+    """Without k in configuration it comes from the pool's counters; when those show another k, the
+    steps timed at the old one stop counting towards c."""
+    pools = {
+        "speculative": Pool("speculative", ["m"], [Endpoint("speculative", "s0", "http://s0")]),
+        "baseline": Pool("baseline", ["m"], [Endpoint("baseline", "b0", "http://b0")]),
+    }
+    scraper = Scraper(None, pools, Metrics(), 1.0)  # type: ignore[arg-type]
+    cfg = RoutingConfig(strategy=Strategy.ADAPTIVE, seed=7, exploration_rate=0.0)
+    p = AdaptivePolicy.build(Strategy.ADAPTIVE, FixedClassifier(), cfg, pools, scraper, Metrics())
+    spec = scraper.of(pools["speculative"].endpoints[0])
+    spec.update(Reading(_now(), running=1, waiting=0, per_pos=(9.0,) * 5), None)
+    p.decide(STRUCTURED)
+    assert p.model.k == 5
+    for _ in range(3):
+        p.model.observe_speculative(0.004, 1, 0.6)
+    p.decide(STRUCTURED)
+    assert len(p.model.spec_steps) == 3  # the same k: kept
+    spec.update(Reading(_now(), running=1, waiting=0, per_pos=(9.0,) * 3), None)
+    p.decide(STRUCTURED)
+    assert p.model.k == 3 and not p.model.spec_steps

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gateway.routing.speedup import STEP_WINDOW, WARM_UP, SpeedupModel
+from gateway.routing.speedup import C_MAX, STEP_WINDOW, WARM_UP, SpeedupModel
 from gateway.speculation import expected_length
 
 
@@ -90,3 +90,44 @@ def test_the_step_time_follows_a_lasting_change_within_half_a_window():
     for _ in range(STEP_WINDOW // 2 + 1):
         m.observe_baseline(0.008, 1)
     assert m.step_s == pytest.approx(0.008)
+
+
+def test_a_dear_draft_is_learned_as_dear_as_it_is():
+    """A draft that costs 0.8 of a target step per token (measured on a shared CPU): c is learned as 0.8,
+    and speculation is predicted to lose even at high acceptance, as it does."""
+    truth = SpeedupModel(k=7, c=0.8, step_s=0.01)
+    m = SpeedupModel(k=7, c=0.05, step_s=0.045)
+    for _ in range(WARM_UP + 3):
+        m.observe_baseline(truth.tpot_baseline(1), 1)
+        m.observe_speculative(truth.tpot_speculative(0.9, 1), 1, 0.9)
+    assert m.c == pytest.approx(0.8, abs=0.01)
+    assert truth.speedup(0.9, 1, 1) < 1.0
+    assert m.speedup(0.9, 1, 1) == pytest.approx(truth.speedup(0.9, 1, 1), rel=0.01)
+
+
+def test_c_is_held_where_it_changes_no_decision():
+    m = SpeedupModel(k=4, c=0.05, step_s=0.01)
+    for _ in range(WARM_UP):
+        m.observe_baseline(0.01, 1)
+    m.observe_speculative(0.2, 1, 0.5)  # a step 20x the target's: a broken measurement, not a draft
+    assert m.c == C_MAX
+    assert m.speedup(1.0, 1, 1) <= 1.0
+
+
+def test_steps_timed_at_another_k_leave_the_window_when_k_changes():
+    """The speculative pool is redeployed with 3 draft tokens instead of 7: its steps are shorter. c is
+    learned from the new steps alone at once; the old window's median would have put it at 0.23."""
+    m = SpeedupModel(k=7, c=0.05, step_s=0.045)
+    old, new = SpeedupModel(k=7, c=0.1, step_s=0.01), SpeedupModel(k=3, c=0.1, step_s=0.01)
+    for _ in range(WARM_UP):
+        m.observe_baseline(0.01, 1)
+    for _ in range(STEP_WINDOW):
+        m.observe_speculative(old.tpot_speculative(0.6, 1), 1, 0.6)
+    assert m.c == pytest.approx(0.1, abs=0.005)
+    m.use_k(7)  # the same k: nothing is dropped
+    assert len(m.spec_steps) == STEP_WINDOW
+    m.use_k(3)
+    assert m.k == 3 and not m.spec_steps and m.c == pytest.approx(0.1, abs=0.005)
+    m.observe_speculative(new.tpot_speculative(0.6, 1), 1, 0.6)
+    assert m.c == pytest.approx(0.1, abs=0.005)
+    assert m.speedup(0.6, 1, 1) == pytest.approx(new.speedup(0.6, 1, 1), rel=0.01)
