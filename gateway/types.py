@@ -6,6 +6,7 @@ The bottom of the package: it imports nothing from the gateway, and everything e
 from __future__ import annotations
 
 import asyncio
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, dataclass_transform
 
@@ -61,6 +62,12 @@ RUN_TOKEN_ENV = "SPECROUTE_RUN_TOKEN"
 RUN_TOKEN_HEADER = "x-specroute-run"
 """The ``/health`` response header carrying the run token: proof that the process answering a port is
 the one just started, not another server that was already there."""
+
+CONTENT_CODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + zlib.MAX_WBITS}
+"""The HTTP content codings the gateway decodes, in either direction, with zlib's window setting for each:
+a gzip member, or zlib's own format (what ``deflate`` means in HTTP; 32 + lets zlib tell it from gzip by
+its header). A client's compressed request body is decoded before it is read; an upstream's compressed
+answer (sent although the gateway asks for ``identity``) before it is relayed."""
 
 PromptClass = Literal["structured", "open-ended"]
 """What the classifier says of a prompt: predictable output (speculation helps) or open-ended prose."""

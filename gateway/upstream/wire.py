@@ -44,6 +44,8 @@ from typing import cast, overload
 import aiohttp
 import httptools
 
+from gateway.types import CONTENT_CODINGS
+
 PAUSE_BYTES = 256 * 1024
 """A response that has this much unread stops the socket's reading until the reader catches up."""
 
@@ -68,9 +70,6 @@ class Malformed(aiohttp.ClientError):
     """
 
 
-_DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + zlib.MAX_WBITS}
-"""zlib's window setting per content coding: a gzip member, or zlib's own format (what ``deflate``
-means in HTTP; 32 + lets zlib tell it from gzip by the header)."""
 
 
 class Headers(dict[str, str]):
@@ -148,11 +147,11 @@ class _Connection(asyncio.Protocol):
         headers = response.headers
         coding = headers.pop("content-encoding", "identity").strip().lower()
         if coding not in ("identity", ""):
-            if coding not in _DECODERS:
+            if coding not in CONTENT_CODINGS:
                 self._fail(f"the upstream's answer has content-encoding {coding!r}", malformed=True)
                 self.abort()
                 return
-            response.wbits = _DECODERS[coding]
+            response.wbits = CONTENT_CODINGS[coding]
         response.until_close = (
             "content-length" not in headers
             and "chunked" not in (headers.get("transfer-encoding") or "").lower()

@@ -1,14 +1,22 @@
-"""Request headers read straight from the ASGI scope say what Starlette's ``Headers`` says."""
+"""Request headers read straight from the ASGI scope say what Starlette's ``Headers`` says; a body is read
+whole, within its limits, and decoded when it was sent compressed."""
 
 from __future__ import annotations
 
+import gzip
 import multiprocessing
+import zlib
+from typing import Any
 
+import orjson
 import pytest
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
-from gateway.api.request import header, new_request_id, read_body, request_id, trace_id
+from gateway.api.request import decoded, header, new_request_id, read_body, request_id, trace_id
+from tests.api.conftest import API_KEY, MODEL, InProcess
+
+AUTH = {"authorization": f"Bearer {API_KEY}"}
 
 RAW = [
     (b"host", b"gw:8000"),
@@ -111,3 +119,62 @@ def test_the_trace_id_is_read_from_a_valid_traceparent_only(
 ) -> None:
     headers = [] if traceparent is None else [(b"traceparent", traceparent.encode())]
     assert trace_id(Request({"type": "http", "headers": headers})) == expected
+
+
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0)
+
+
+@pytest.mark.parametrize(
+    ("coding", "encode"),
+    [
+        ("gzip", _gzip),
+        ("x-gzip", _gzip),
+        ("deflate", zlib.compress),
+        ("GZIP ", _gzip),
+        ("identity", lambda b: b),
+        ("gzip, deflate", lambda b: zlib.compress(_gzip(b))),
+    ],
+)
+def test_a_compressed_body_is_decoded(coding: str, encode: Any) -> None:
+    body = b'{"prompt": "' + b"ab" * 500 + b'"}'
+    assert decoded(encode(body), coding, 10_000) == body
+
+
+@pytest.mark.parametrize(
+    ("coding", "sent", "status", "says"),
+    [
+        ("br", b"\x0b\x02\x80{}\x03", 415, "use one of: identity, gzip, x-gzip, deflate"),
+        ("gzip, zstd", b"{}", 415, "'zstd' is not supported"),
+        ("gzip", b'{"prompt": "plain"}', 400, "not valid gzip"),
+        ("gzip", _gzip(b'{"prompt": "cut"}')[:-6], 400, "cut short"),
+        ("gzip", _gzip(b"{}") + b"more", 400, "trailed by other bytes"),
+        ("deflate", zlib.compress(b"\0" * 1_000_000), 413, "limit of 10000 bytes once decoded"),
+        ("gzip", _gzip(b"\0" * 10_001), 413, "once decoded"),
+    ],
+)
+def test_a_body_that_cannot_be_decoded_says_why(coding: str, sent: bytes, status: int, says: str) -> None:
+    with pytest.raises(APIError) as e:
+        decoded(sent, coding, 10_000)
+    assert e.value.status == status and says in e.value.message
+    assert e.value.param == ("content-encoding" if status != 413 else None)
+
+
+def test_a_body_at_the_limit_once_decoded_is_read() -> None:
+    assert decoded(_gzip(b"\0" * 10_000), "gzip", 10_000) == b"\0" * 10_000
+
+
+def test_a_compressed_completion_goes_upstream_decoded(gateway: InProcess) -> None:
+    body = orjson.dumps({"model": MODEL, "prompt": "Say hi.", "max_tokens": 4})
+    for coding, sent in (("gzip", _gzip(body)), ("deflate", zlib.compress(body))):
+        seen = sum(len(u.heads) for u in gateway.upstreams)
+        headers = {**AUTH, "content-type": "application/json", "content-encoding": coding}
+        r = gateway.request("POST", "/v1/completions", content=sent, headers=headers)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"]
+        heads = [h for u in gateway.upstreams for p, h in u.heads if p == "/v1/completions"]
+        assert sum(len(u.heads) for u in gateway.upstreams) > seen
+        assert b"content-encoding" not in heads[-1]
+    r = gateway.request("POST", "/v1/completions", content=body, headers={**AUTH, "content-encoding": "br"})
+    assert r.status_code == 415
+    assert r.json()["error"]["param"] == "content-encoding" and "'br'" in r.json()["error"]["message"]
