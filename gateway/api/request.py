@@ -147,7 +147,8 @@ async def _read_body(request: Request, limit: int) -> bytes:
         if declared > limit:
             raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
     body = await _receive(request, limit)
-    return body if coding is None else decoded(body, coding.decode("latin-1"), limit)
+    # an empty body is empty in any coding (a GET that names one)
+    return body if coding is None or not body else decoded(body, coding.decode("latin-1"), limit)
 
 
 async def _receive(request: Request, limit: int) -> bytes:

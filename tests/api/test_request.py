@@ -164,6 +164,17 @@ def test_a_body_at_the_limit_once_decoded_is_read() -> None:
     assert decoded(_gzip(b"\0" * 10_000), "gzip", 10_000) == b"\0" * 10_000
 
 
+async def test_an_empty_body_is_empty_in_any_coding_and_a_sent_one_is_decoded() -> None:
+    def request(body: bytes) -> Request:
+        async def receive() -> dict[str, object]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return Request({"type": "http", "headers": [(b"content-encoding", b"gzip")]}, receive)
+
+    assert await read_body(request(b""), 100) == b""
+    assert await read_body(request(_gzip(b'{"a": 1}')), 100) == b'{"a": 1}'
+
+
 def test_a_compressed_completion_goes_upstream_decoded(gateway: InProcess) -> None:
     body = orjson.dumps({"model": MODEL, "prompt": "Say hi.", "max_tokens": 4})
     for coding, sent in (("gzip", _gzip(body)), ("deflate", zlib.compress(body))):
