@@ -70,8 +70,6 @@ class Malformed(aiohttp.ClientError):
     """
 
 
-
-
 class Headers(dict[str, str]):
     """Response headers by lower-cased name (a repeated header keeps its last value)."""
 
