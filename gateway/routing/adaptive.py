@@ -337,7 +337,8 @@ class AdaptivePolicy:
         for ep in self.pools["speculative"].endpoints:
             k = self.scraper.drafts(ep)
             if k:
-                self.model.use_k(k)
+                if k != self.model.k:  # on every decision: the call only when it changes
+                    self.model.use_k(k)
                 return
 
     # -- learning --------------------------------------------------------------------------------
