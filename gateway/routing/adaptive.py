@@ -337,8 +337,7 @@ class AdaptivePolicy:
         for ep in self.pools["speculative"].endpoints:
             k = self.scraper.drafts(ep)
             if k:
-                if k != self.model.k:  # on every decision: the call only when it changes
-                    self.model.use_k(k)
+                self.model.use_k(k)
                 return
 
     # -- learning --------------------------------------------------------------------------------
