@@ -100,6 +100,11 @@ static PyObject *word_slots(PyObject *module, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_ValueError, "max_words out of range");
         return NULL;
     }
+#if PY_VERSION_HEX < 0x030C0000
+    /* Python 3.11 may hold a str in its legacy form until it is made ready, as classifiers/_grams.c does */
+    if (PyUnicode_READY(text) == -1)
+        return NULL;
+#endif
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
     Py_ssize_t len = PyUnicode_GET_LENGTH(text);
