@@ -175,6 +175,10 @@ async def _receive(request: Request, limit: int) -> bytes:
             raise APIError(499, "client closed the request")
 
 
+_GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip member
+_MAX_GZIP_MEMBERS = 16
+
+
 def decoded(body: bytes, coding: str, limit: int) -> bytes:
     """A request body sent with ``Content-Encoding``, decoded (the codings undone last first).
 
@@ -199,6 +203,22 @@ def decoded(body: bytes, coding: str, limit: int) -> bytes:
             out = decoder.decompress(body, limit + 1)
             if len(out) <= limit:
                 out += decoder.flush()
+            # gzip allows several members one after the other (what ``cat a.gz b.gz`` makes), read as the
+            # concatenation of their contents; a few of them (each sets up a decoder on the event loop: a
+            # body of thousands of empty members would stall it). More are "trailed by other bytes" below.
+            members = 1
+            while (
+                wbits == CONTENT_CODINGS["gzip"]
+                and members < _MAX_GZIP_MEMBERS
+                and decoder.eof
+                and decoder.unused_data[:2] == _GZIP_MAGIC
+                and len(out) <= limit
+            ):
+                members += 1
+                rest, decoder = decoder.unused_data, zlib.decompressobj(wbits)
+                out += decoder.decompress(rest, limit + 1 - len(out))  # at least 1: never "unlimited"
+                if len(out) <= limit:
+                    out += decoder.flush()
         except zlib.error as e:
             raise APIError(400, f"request body is not valid {name}: {e}", param="content-encoding") from None
         if len(out) > limit:

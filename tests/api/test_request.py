@@ -134,6 +134,7 @@ def _gzip(data: bytes) -> bytes:
         ("GZIP ", _gzip),
         ("identity", lambda b: b),
         ("gzip, deflate", lambda b: zlib.compress(_gzip(b))),
+        ("gzip", lambda b: _gzip(b[:7]) + _gzip(b"") * 14 + _gzip(b[7:])),  # 16 members one after another
     ],
 )
 def test_a_compressed_body_is_decoded(coding: str, encode: Any) -> None:
@@ -149,6 +150,12 @@ def test_a_compressed_body_is_decoded(coding: str, encode: Any) -> None:
         ("gzip", b'{"prompt": "plain"}', 400, "not valid gzip"),
         ("gzip", _gzip(b'{"prompt": "cut"}')[:-6], 400, "cut short"),
         ("gzip", _gzip(b"{}") + b"more", 400, "trailed by other bytes"),
+        ("gzip", _gzip(b"{}") + _gzip(b"{}")[:-3], 400, "cut short"),
+        ("gzip", _gzip(b"{}") + _gzip(b"{}") + b"\0", 400, "trailed by other bytes"),
+        ("deflate", zlib.compress(b"{}") + zlib.compress(b"{}"), 400, "trailed by other bytes"),
+        ("gzip", _gzip(b"\0" * 6_000) + _gzip(b"\0" * 4_001), 413, "once decoded"),
+        ("gzip", _gzip(b"\0" * 10_000) + _gzip(b"\0" * 10**6), 413, "once decoded"),
+        ("gzip", _gzip(b"{}") + _gzip(b"") * 16, 400, "trailed by other bytes"),  # 17 members
         ("deflate", zlib.compress(b"\0" * 1_000_000), 413, "limit of 10000 bytes once decoded"),
         ("gzip", _gzip(b"\0" * 10_001), 413, "once decoded"),
     ],
