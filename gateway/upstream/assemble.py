@@ -38,8 +38,11 @@ _NOT_ASSEMBLED = (
 
 
 def can_assemble(payload: Mapping[str, Any], api: Api) -> bool:
-    if any(payload.get(k) not in (None, False) for k in _NOT_ASSEMBLED):
-        return False
+    for key in _NOT_ASSEMBLED:
+        value = payload.get(key)
+        # by identity: 0 == False, but ``logprobs: 0`` asks for the sampled tokens' log-probabilities
+        if value is not None and value is not False:
+            return False
     if payload.get("n") not in (None, 1) or payload.get("best_of") not in (None, 1):
         return False
     return api == "chat" or isinstance(payload.get("prompt"), str)

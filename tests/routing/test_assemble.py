@@ -54,6 +54,10 @@ def test_what_is_not_assembled():
     assert not can_assemble({"prompt": ["a", "b"]}, "completions")
     assert not can_assemble({"messages": [], "tools": [{"type": "function"}]}, "chat")
     assert not can_assemble({"messages": [], "logprobs": True, "top_logprobs": 2}, "chat")
+    # 0 asks for something too: the sampled tokens' log-probabilities, the prompt's
+    for zero in ({"logprobs": 0}, {"prompt_logprobs": 0}, {"top_logprobs": 0}):
+        assert not can_assemble({"prompt": "x", **zero}, "completions")
+    assert can_assemble({"prompt": "x", "echo": False, "logprobs": None}, "completions")
     body = orjson.loads(stream_body({"prompt": "x", "stream": False}))
     assert body["stream"] is True and body["stream_options"]["continuous_usage_stats"] is True
 
