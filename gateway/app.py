@@ -24,6 +24,7 @@ from gateway.accesslog import AccessLog
 from gateway.api import passthrough, routes
 from gateway.api.cors import with_cors
 from gateway.api.errors import APIError, error_body, error_response, sse_error_event
+from gateway.api.request import request_id
 from gateway.api.responses import responses
 from gateway.api.state import Gateway
 from gateway.config import PoolName, Settings
@@ -281,10 +282,17 @@ async def _cut_at_shutdown(progress: _Progress, send: Send) -> None:
     # a plain body already under way cannot be changed: uvicorn closes the connection
 
 
+def _rid(request: Request) -> dict[str, str]:
+    return {"x-request-id": request_id(request)}
+
+
 def _install_error_handlers(app: FastAPI) -> None:
+    """Errors raised out of a route, OpenAI-shaped, each with the request's id (the caller's or a new one)
+    as every answer of the routes has: a client quotes it whatever went wrong."""
+
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, APIError)
-        return error_response(exc.status, exc.message, exc.param, exc.headers)
+        return error_response(exc.status, exc.message, exc.param, {**exc.headers, **_rid(request)})
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -294,14 +302,15 @@ def _install_error_handlers(app: FastAPI) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        return error_response(exc.status_code, message, None, dict(exc.headers or {}))
+        return error_response(exc.status_code, message, None, {**(exc.headers or {}), **_rid(request)})
 
     async def validation_error(request: Request, exc: Exception) -> Response:
-        return error_response(400, str(exc), None)
+        return error_response(400, str(exc), None, _rid(request))
 
     async def unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal gateway error", None)
+        rid = _rid(request)
+        log.exception("unhandled error on %s %s (request id %s)", request.method, request.url.path, rid)
+        return error_response(500, f"internal gateway error (request id {rid['x-request-id']})", None, rid)
 
     app.add_exception_handler(APIError, api_error)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -33,10 +33,15 @@ from gateway.api.routes import Relay, unless_disconnected
 from gateway.types import Route
 from gateway.upstream.forward import Sent
 
-#: the gateway's own routes under /v1: never passed through (a wrong method on them is a 405)
-OWN_PATHS = frozenset(
-    ("/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/responses", "/v1/embeddings")
-)
+#: the gateway's own routes under /v1 and the methods they take: never passed through (another method on
+#: them is a 405 that names these in ``Allow``, as HTTP asks)
+OWN_PATHS: dict[str, str] = {
+    "/v1/completions": "POST",
+    "/v1/chat/completions": "POST",
+    "/v1/models": "GET, HEAD",
+    "/v1/responses": "POST",
+    "/v1/embeddings": "POST",
+}
 
 _LABELS: dict[str, Route] = {
     "audio": "audio",
@@ -98,8 +103,10 @@ async def passthrough(request: Request) -> Response:
     """Any other ``/v1/*`` route, to an endpoint of the model the body names (or of the baseline pool)."""
     gw = state.of(request)
     path = request.url.path
-    if path in OWN_PATHS:
-        return error_response(405, f"method {request.method} is not allowed on {path}")
+    allowed = OWN_PATHS.get(path)
+    if allowed is not None:
+        headers = {"allow": allowed, "x-request-id": request_id(request)}
+        return error_response(405, f"method {request.method} is not allowed on {path}", None, headers)
     started, rid, trace, route = now(), request_id(request), trace_id(request), route_label(path)
     method = request.method
     try:

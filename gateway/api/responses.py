@@ -150,7 +150,8 @@ async def responses(request: Request) -> Response:
             payload=view,
         )
         message = f"{e.message} (request id {rid})" if e.status >= 500 else e.message
-        extra = decision_headers(decision, decision.pool, rid) if decision else {"x-request-id": rid}
+        # no pool's answer reached the client: no x-specroute-pool, as on the completion routes
+        extra = decision_headers(decision, None, rid) if decision else {"x-request-id": rid}
         return error_response(e.status, message, e.param, {**e.headers, **extra})
     gw.observer.forwarded(decision, sent.pool)
     status = sent.response.status

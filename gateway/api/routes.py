@@ -126,15 +126,18 @@ async def _handle(request: Request, api: Api) -> Response:
             gw.observer.forwarded(decision, sent.pool)
             return _complete(ex, sent, content)
         tried: list[Endpoint] = []
+        # a non-streamed request streamed upstream to be measured waits for its first byte as long as
+        # when its bytes pass as they came (above): how it is measured never decides whether it times out
+        first_byte_s = gw.settings.timeouts.total_s if out.meter.collect is not None else None
         sent = await _unless_disconnected(
-            request, gw.upstreams.send(PATHS[api], out.body, out.headers, decision.pool, tried=tried)
+            request,
+            gw.upstreams.send(
+                PATHS[api], out.body, out.headers, decision.pool, first_byte_s=first_byte_s, tried=tried
+            ),
         )
     except APIError as e:
         _finish(ex, None, e.status)
-        # No pool's answer reached the client (none could serve, or the request never got that far), so
-        # no x-specroute-pool: naming the decided pool would blame one that may never have been tried.
-        message = f"{e.message} (request id {ex.request_id})" if e.status >= 500 else e.message
-        return error_response(e.status, message, e.param, {**e.headers, **ex.headers(None)})
+        return _failed(ex, e)
 
     gw.observer.forwarded(decision, sent.pool)
     status = sent.response.status
@@ -145,7 +148,13 @@ async def _handle(request: Request, api: Api) -> Response:
 
         async def resend(error: UpstreamError) -> Sent:
             return await gw.upstreams.send(
-                PATHS[api], out.body, out.headers, decision.pool, tried=tried, last_error=error
+                PATHS[api],
+                out.body,
+                out.headers,
+                decision.pool,
+                first_byte_s=first_byte_s,
+                tried=tried,
+                last_error=error,
             )
 
         return await _assembled(request, ex, sent, tried, resend)
@@ -156,6 +165,17 @@ async def _handle(request: Request, api: Api) -> Response:
     chunks = gw.upstreams.relay(sent, meter, done, out.resume)
     media_type = sent.response.headers.get("content-type", "application/json")
     return Relay.encoded(chunks, status, ex.encoded_headers(sent.pool), media_type, sse_error_event)
+
+
+def _failed(ex: Exchange, e: APIError) -> Response:
+    """The client's answer when no pool's answer reached it: the upstream failed in a way the gateway
+    could not hide, or the request never got that far.
+
+    No x-specroute-pool (naming the decided pool would blame one that may never have been tried, and a
+    failover reason one that served nothing); a server error names the request id, to find it in the log.
+    """
+    message = f"{e.message} (request id {ex.request_id})" if e.status >= 500 else e.message
+    return error_response(e.status, message, e.param, {**e.headers, **ex.headers(None)})
 
 
 async def _validate(request: Request, ex: Exchange) -> tuple[bytes, dict[str, Any]]:
@@ -218,7 +238,7 @@ async def _passed_through(request: Request, ex: Exchange, sent: Sent) -> Respons
         content = await _unless_disconnected(request, ex.gw.upstreams.read_all(sent))
     except APIError as e:
         _finish(ex, sent, e.status)
-        return error_response(e.status, e.message, e.param, {**e.headers, **ex.headers(sent.pool)})
+        return _failed(ex, e)
     return _complete(ex, sent, content)
 
 
@@ -257,10 +277,9 @@ async def _assembled(
             sent = await _unless_disconnected(request, resend(broke))
         except APIError as e:
             _finish(ex, sent, e.status)
-            return error_response(e.status, e.message, e.param, {**e.headers, **ex.headers(sent.pool)})
+            return _failed(ex, e)
         if sent.response.status >= 300:
             return await _passed_through(request, ex, sent)
-    headers = ex.headers(sent.pool)
     status = failed[0] if failed and failed[0] else 200
     whole = status == 200 and meter.error is None and meter.done  # not a stream that ended early
     body = assemble(meter.collect or [], ex.api) if whole else None
@@ -269,16 +288,19 @@ async def _assembled(
         code = err.get("code")
         status = code if isinstance(code, int) and 400 <= code < 600 else (status if status != 200 else 502)
         _finish(ex, sent, status)
-        if meter.error is not None and status >= 500:
+        if meter.error is not None and status < 500:
+            # the upstream's own answer to the request (a client error): the client gets it as it is
+            return Response(
+                orjson.dumps({"error": meter.error}),
+                status,
+                headers=ex.headers(sent.pool),
+                media_type="application/json",
+            )
+        if meter.error is not None:
             # a server error's text (a trace, a path, an address) is for the log, not the client
             log.warning("%s/%s stream error: %s", sent.pool, sent.endpoint.name, meter.error)
-            message = f"the upstream returned HTTP {status} (request id {ex.request_id})"
-            return error_response(status, message, None, headers)
-        if meter.error is not None:
-            return Response(
-                orjson.dumps({"error": meter.error}), status, headers=headers, media_type="application/json"
-            )
-        return error_response(status, "upstream stream ended without a complete response", None, headers)
+            return _failed(ex, APIError(status, f"the upstream returned HTTP {status}"))
+        return _failed(ex, APIError(status, "the upstream stream ended without a complete response"))
     return Answer(
         orjson.dumps(body),
         status,
@@ -499,7 +521,11 @@ async def models(request: Request) -> Response:
     check_key(request, gw.settings.auth.api_keys)
     entries = await _model_entries(gw)
     data = [entries[name] for name in gw.settings.served_models()]
-    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+    return Response(
+        orjson.dumps({"object": "list", "data": data}),
+        headers={"x-request-id": request_id(request)},
+        media_type="application/json",
+    )
 
 
 async def model(request: Request) -> Response:
@@ -512,7 +538,8 @@ async def model(request: Request) -> Response:
     name = request.path_params["model"]
     check_model(name, gw.models)
     entries = await _model_entries(gw)
-    return Response(orjson.dumps(entries[name]), media_type="application/json")
+    headers = {"x-request-id": request_id(request)}
+    return Response(orjson.dumps(entries[name]), headers=headers, media_type="application/json")
 
 
 async def _model_entries(gw: Gateway) -> dict[str, dict[str, Any]]:

@@ -30,6 +30,50 @@ def test_a_503_when_no_pool_can_serve_names_no_pool() -> None:
             assert response.headers["x-request-id"]
 
 
+def test_a_responses_request_no_pool_could_serve_names_no_pool() -> None:
+    body = {"model": MODEL, "input": "Say hi.", "max_output_tokens": 4}
+    with InProcess({"pools": {"speculative": NOWHERE, "baseline": NOWHERE}}) as stack:
+        for stream in (False, True):
+            response = stack.request("POST", "/v1/responses", json={**body, "stream": stream})
+            assert response.status_code == 503
+            assert "x-specroute-pool" not in response.headers
+            rid = response.headers["x-request-id"]
+            assert f"(request id {rid})" in response.json()["error"]["message"]
+            assert response.headers["x-specroute-reason"]
+
+
+def test_every_answer_carries_a_request_id_errors_and_the_model_list_too() -> None:
+    with InProcess() as stack:
+        for method, path in [
+            ("GET", "/v1/models"),
+            ("GET", f"/v1/models/{MODEL}"),
+            ("GET", "/v1/models/nope"),  # 404
+            ("GET", "/nothing/here"),  # the server's own 404
+            ("POST", "/v1/completions"),  # no body: 400
+            ("GET", "/v1/completions"),  # 405
+        ]:
+            response = stack.request(method, path)
+            assert response.headers["x-request-id"], (method, path)
+            mine = stack.request(method, path, headers={"x-request-id": "req-42"})
+            assert mine.headers["x-request-id"] == "req-42", (method, path)
+
+
+def test_another_method_on_a_route_of_the_gateway_is_a_405_that_names_the_allowed_ones() -> None:
+    with InProcess() as stack:
+        for method, path, allowed in [
+            ("GET", "/v1/completions", "POST"),
+            ("PUT", "/v1/chat/completions", "POST"),
+            ("HEAD", "/v1/responses", "POST"),
+            ("DELETE", "/v1/embeddings", "POST"),
+            ("POST", "/v1/models", "GET, HEAD"),
+        ]:
+            response = stack.request(method, path)
+            assert response.status_code == 405, (method, path)
+            assert response.headers["allow"] == allowed
+            if method != "HEAD":
+                assert response.json()["error"]["message"] == f"method {method} is not allowed on {path}"
+
+
 def test_a_served_response_names_its_pool() -> None:
     with InProcess() as stack:
         response = stack.request(

@@ -28,6 +28,8 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return head, body
 
 
+SLOW_S = 0.6  # how long a "slow_ok" answer waits before its head
+
 Answer = Literal[
     "ok",
     "cut_body",
@@ -44,6 +46,7 @@ Answer = Literal[
     "model_missing",
     "no_route",
     "busy_for_7s",
+    "slow_ok",
 ]
 
 #: vLLM's answer for a model it does not serve, in the shape of its 404 (written here, model renamed)
@@ -126,6 +129,9 @@ class Scripted:
     async def _answer(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Answer, stream: bool
     ) -> None:
+        if answer == "slow_ok":  # a whole answer, as "ok", after a queue's wait (SLOW_S) before its head
+            await asyncio.sleep(SLOW_S)
+            answer = "ok"
         if answer == "busy":
             writer.write(_response(503, b'{"error":{"message":"busy","code":503}}'))
         elif answer == "busy_for_7s":  # an overloaded server (or the balancer before it) says when to return

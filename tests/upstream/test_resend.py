@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import Settings, load_settings
-from tests.upstream.scripted import Answer, Script, Scripted, serving
+from tests.upstream.scripted import SLOW_S, Answer, Script, Scripted, serving
 from tests.upstream.wiring import serving_gateway
 
 
@@ -148,6 +148,29 @@ async def test_an_assembled_stream_is_resent_within_the_budget_and_then_reported
         assert e.value.status_code == 502
         assert len(script.log) == 3
         assert len({name for name, _ in script.log}) == 3  # two speculative, then the other pool
+        # reported as any failure the gateway could not hide: the request id, no pool that served it
+        headers = e.value.response.headers
+        assert f"(request id {headers['x-request-id']})" in e.value.message
+        assert "x-specroute-pool" not in headers
+        assert headers["x-specroute-reason"] == "always-speculative"  # not "...,failover"
+
+
+@pytest.mark.parametrize("strategy", ["always-speculative", "always-baseline"])
+async def test_a_non_streamed_request_waits_as_long_however_it_is_measured(strategy):
+    """Streamed upstream to be measured (the speculative pool) or passed as it came, a non-streamed
+    request's first byte may take ``timeouts.total_s``; a streamed one's, ``timeouts.first_byte_s``."""
+    extra = {"routing": {"strategy": strategy}, "timeouts": {"first_byte_s": SLOW_S / 3, "total_s": 30}}
+    async with _setup(["slow_ok"], **extra) as (client, script, url):
+        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert answer.choices[0].text == "Hello there"
+        assert len(script.log) == 1  # sent once: not cut at the first-byte limit and sent again
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=True)
+        assert e.value.status_code == 504
+        measured = await _metric(url, "specroute_nonstream_measurement_requests_total")
+        passed = await _metric(url, "specroute_nonstream_measurement_requests_total", outcome="passed")
+        # on the speculative pool it was streamed upstream and assembled; the baseline measures nothing
+        assert (measured, passed) == ((1, 0) if strategy == "always-speculative" else (0, 0))
 
 
 async def test_with_no_endpoint_left_to_resend_to_the_broken_body_is_reported_not_a_503():
@@ -169,6 +192,7 @@ async def test_an_error_event_in_an_assembled_stream_reaches_the_client_as_statu
         assert len(script.log) == 2  # a server error in the stream is sent again first
         assert "CUDA" not in e.value.message and "/srv" not in e.value.message
         assert "request id" in e.value.message
+        assert "x-specroute-pool" not in e.value.response.headers
 
 
 async def test_a_stream_cut_after_its_done_event_reaches_the_client_whole():
