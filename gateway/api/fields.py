@@ -104,7 +104,11 @@ _ALLOWED_STREAM_OPTIONS = _allowed(_STREAM_OPTIONS)
 _NONE = type(None)
 
 
-def _wrong_type(param: str, types: tuple[str, ...]) -> APIError:
+def _wrong_type(param: str, types: tuple[str, ...], value: Any) -> APIError:
+    if "integer" in types and isinstance(value, float) and value.is_integer():
+        # JSON has one number type: an integer beyond 64 bits is parsed as a float, but the client sent
+        # an integer, too large for any field (vLLM's bounds are 64-bit)
+        return APIError(400, f"'{param}' is out of range: at most a 64-bit integer", param=param)
     expected = " or ".join(f"a{'n' if t[0] in 'aeiou' else ''} {t}" for t in types)
     return APIError(400, f"'{param}' must be {expected}", param=param)
 
@@ -118,12 +122,12 @@ def _check_fields(
     for name, value in obj.items():
         types = allowed.get(name)
         if types is not None and type(value) not in types and type(value) is not _NONE:
-            raise _wrong_type(prefix + name, table[name])
+            raise _wrong_type(prefix + name, table[name], value)
 
 
 def _check(value: Any, param: str, types: tuple[str, ...]) -> None:
     if value is not None and not any(type(value) in _PY_TYPES[t] for t in types):
-        raise _wrong_type(param, types)
+        raise _wrong_type(param, types, value)
 
 
 def check_types(payload: Mapping[str, Any], api: Api) -> None:
