@@ -103,6 +103,12 @@ async def passthrough(request: Request) -> Response:
     """Any other ``/v1/*`` route, to an endpoint of the model the body names (or of the baseline pool)."""
     gw = state.of(request)
     path = request.url.path
+    if path.endswith("/") and path.rstrip("/") in OWN_PATHS:
+        # as vLLM's server (FastAPI) answers a trailing slash: a redirect that keeps the method and body
+        # (an upstream's own would name the upstream's address)
+        query = f"?{request.url.query}" if request.url.query else ""
+        headers = {"location": path.rstrip("/") + query, "x-request-id": request_id(request)}
+        return Response(status_code=307, headers=headers)
     allowed = OWN_PATHS.get(path)
     if allowed is not None:
         headers = {"allow": allowed, "x-request-id": request_id(request)}

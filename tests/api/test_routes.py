@@ -74,6 +74,16 @@ def test_another_method_on_a_route_of_the_gateway_is_a_405_that_names_the_allowe
                 assert response.json()["error"]["message"] == f"method {method} is not allowed on {path}"
 
 
+def test_a_route_of_the_gateway_with_a_trailing_slash_is_redirected_to_it_method_and_body_kept() -> None:
+    with InProcess() as stack:
+        r = stack.request("POST", "/v1/chat/completions/?a=1", json=CHAT)
+        assert r.status_code == 307 and r.headers["location"] == "/v1/chat/completions?a=1"
+        assert r.headers["x-request-id"]
+        followed = stack.request("POST", "/v1/chat/completions/", json=CHAT, follow_redirects=True)
+        assert followed.status_code == 200 and followed.json()["choices"][0]["message"]["content"]
+        assert followed.headers["x-specroute-pool"] in ("speculative", "baseline")
+
+
 def test_a_served_response_names_its_pool() -> None:
     with InProcess() as stack:
         response = stack.request(
