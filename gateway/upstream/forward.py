@@ -24,6 +24,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Protocol, overload
 from urllib.parse import urlsplit
 
@@ -50,7 +51,7 @@ from gateway.upstream.deadline import Deadlines
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.silence import Silence
-from gateway.upstream.stream import StreamMeter
+from gateway.upstream.stream import DONE_EVENT, StreamMeter
 from gateway.upstream.wire import Malformed, WirePool
 
 log = logging.getLogger("specroute.upstream")
@@ -62,6 +63,9 @@ MISSING_LOG_S = 60.0
 BUSY_RETRY_AFTER_S = 1.0
 #: the longest wait an upstream's own ``Retry-After`` is passed on with
 MAX_RETRY_AFTER_S = 60.0
+#: the least of a request's time left worth another try (less would only be cut: timers may fire a
+#: little early)
+MIN_TRY_S = 0.01
 
 
 class Headers(Protocol):
@@ -184,8 +188,9 @@ class Upstreams:
         self._targets: dict[str, _Target | None] = {}
         self._missing_told: dict[str, float] = {}  # endpoint URL -> when the log last said it lacks a model
         self._inflight: dict[Endpoint, GaugeChild] = {}
-        # per time limit (timeouts.first_byte_s, timeouts.total_s: the values callers pass)
-        self._first_byte: dict[float, Deadlines] = {}
+        # one timer per time limit: the first byte's (timeouts.first_byte_s, or timeouts.total_s for
+        # non-streamed requests) and a non-streamed request's whole (timeouts.total_s)
+        self._limits: dict[float, Deadlines] = {}
         self.jitter: Callable[[], float] = random.random  # draws the pause before a retry
 
     def _busy(self, endpoint: Endpoint, delta: int) -> None:
@@ -242,6 +247,7 @@ class Upstreams:
         attempts: int | None = None,
         method: str = "POST",
         idempotent: bool = True,
+        deadline: float | None = None,
     ) -> Sent:
         """Send until one endpoint gives a first byte (or a 4xx); if none does, raise an
         :class:`~gateway.errors.UpstreamError`.
@@ -253,12 +259,11 @@ class Upstreams:
         wrong with the last of them, reported when no other endpoint is left to try. A resumed stream
         passes the endpoints that broke it and what is left of the request's budget on top of them.
         A request that is not ``idempotent`` (an unknown route passed through) is sent again only when
-        no endpoint took it: refused connections and busy answers (503, 429).
+        no endpoint took it: refused connections and busy answers (503, 429). ``deadline`` (on the
+        loop's clock) ends the whole request: a try after the first waits only until then, and none
+        starts without time left for it.
         """
-        first_byte_s = first_byte_s or self.settings.timeouts.first_byte_s
-        deadlines = self._first_byte.get(first_byte_s)
-        if deadlines is None:
-            deadlines = self._first_byte[first_byte_s] = Deadlines(first_byte_s)
+        deadlines = self._deadlines(first_byte_s or self.settings.timeouts.first_byte_s)
         tried = [] if tried is None else tried
         limit = self.settings.retries.attempts if attempts is None else attempts
         while len(tried) < limit:
@@ -266,6 +271,11 @@ class Upstreams:
             if endpoint is None:
                 break
             attempt = len(tried)
+            limit_at = None
+            if attempt and deadline is not None:
+                limit_at = deadline
+                if deadline - asyncio.get_running_loop().time() < MIN_TRY_S:
+                    break  # the request's time is spent: what went wrong last is the answer
             if attempt:
                 self.metrics.retries.labels(endpoint.pool).inc()
                 retries = self.settings.retries
@@ -278,7 +288,7 @@ class Upstreams:
             sent_at = time.monotonic()
             response: Response | None = None
             try:
-                with deadlines.wait():
+                with deadlines.wait() if limit_at is None else _Within(limit_at):
                     response = await self._post(endpoint, path, body, headers, method)
                     chunks = response.chunks()
                     if response.status >= 500 or response.status == 429:
@@ -369,31 +379,63 @@ class Upstreams:
         """A whole non-streamed response: sent again elsewhere if its body breaks on the way.
 
         The client has received nothing yet, so a body cut by a reset or a silence longer than
-        ``timeouts.chunk_gap_s`` is as safe to resend as a failed connect; the resends come out of
-        the same ``retries.attempts``.
+        ``timeouts.chunk_gap_s``, or a success whose JSON is not whole, is as safe to resend as a
+        failed connect; the resends come out of the same ``retries.attempts``. All the tries and the
+        reading of the answer end within ``timeouts.total_s`` (one hung endpoint after another, or a
+        body that comes a byte at a time, would otherwise hold the request for as long as they last).
         """
         tried: list[Endpoint] = []
         error: UpstreamError | None = None
-        while True:
-            sent = await self.send(
-                path,
-                body,
-                headers,
-                pool,
-                allow_failover,
-                first_byte_s,
-                tried,
-                error,
-                None,
-                method,
-                idempotent,
-            )
-            try:
-                return sent, await self.read_all(sent)
-            except UpstreamError as e:
-                if not idempotent or not self.can_retry(tried):
-                    raise
-                error = e
+        loop = asyncio.get_running_loop()
+        total_s = self.settings.timeouts.total_s
+        deadline = loop.time() + total_s
+        try:
+            while True:
+                sent = await self.send(
+                    path,
+                    body,
+                    headers,
+                    pool,
+                    allow_failover,
+                    first_byte_s,
+                    tried,
+                    error,
+                    None,
+                    method,
+                    idempotent,
+                    deadline,
+                )
+                try:
+                    content = await self.read_all(sent, deadline)
+                    # vLLM's JSON answers are objects: two byte tests pass them, the fuller test the rest
+                    whole = content.endswith(b"}") and content.startswith(b"{")
+                    if (
+                        not whole
+                        and sent.response.status < 300
+                        and not _whole_json(content, sent.response.headers)
+                    ):
+                        self._protocol_error(sent)
+                        raise UpstreamBroken("the upstream's answer was not the whole JSON it announced")
+                    return sent, content
+                except UpstreamError as e:
+                    if not idempotent or not self.can_retry(tried):
+                        raise
+                    error = e
+        except UpstreamTimeout:
+            if loop.time() < deadline - MIN_TRY_S:
+                raise
+            raise UpstreamTimeout(f"no complete answer from the upstream within {total_s:g} s") from None
+
+    def _protocol_error(self, sent: Sent) -> None:
+        self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "protocol").inc()
+        self.failed(sent.endpoint, sent.sent_at)
+
+    def _deadlines(self, seconds: float) -> Deadlines:
+        """The one timer for every wait of ``seconds`` (see :mod:`gateway.upstream.deadline`)."""
+        deadlines = self._limits.get(seconds)
+        if deadlines is None:
+            deadlines = self._limits[seconds] = Deadlines(seconds)
+        return deadlines
 
     def can_retry(self, tried: list[Endpoint]) -> bool:
         """Whether a request already sent to ``tried`` may go out once more."""
@@ -468,7 +510,7 @@ class Upstreams:
         """Close the lean client's connections (aiohttp's pool closes with the session) and stop the
         first-byte timers."""
         self.wire.close()
-        for deadlines in self._first_byte.values():
+        for deadlines in self._limits.values():
             deadlines.close()
 
     async def relay(
@@ -491,6 +533,7 @@ class Upstreams:
         deadline = loop.time() + timeouts.total_s
         silence = Silence(timeouts.chunk_gap_s, deadline)
         failed: int | None = None
+        cut = False  # the upstream broke off after the client's answer was whole
         splice: Splice | None = None
         piece = sent.first
         try:
@@ -504,7 +547,13 @@ class Upstreams:
                     piece = await silence.next(sent.chunks)
                     continue
                 except StopAsyncIteration:
-                    break
+                    if meter is None or meter.done or meter.error is not None:
+                        break
+                    # the body ended in good order but the stream did not ([DONE], a Responses stream's
+                    # final event): the answer is cut short, as by a broken connection
+                    failed, kind = 502, "stream"
+                    message = "upstream stream ended before its end; the response is incomplete"
+                    self.failed(sent.endpoint, sent.sent_at)
                 except TimeoutError:
                     if meter is not None and meter.done:
                         break  # [DONE] has gone out: the client has the whole answer
@@ -520,6 +569,12 @@ class Upstreams:
                 if meter is None:
                     break
                 meter.discard_partial()
+                if meter.answered():
+                    # what broke was only the tail the gateway asked for itself (usage, [DONE]): the
+                    # client gets its whole answer and the end it expects
+                    yield meter.flush() + DONE_EVENT
+                    failed, cut = None, True
+                    break
                 resumed = None
                 if resume is not None and deadline > loop.time():
                     resumed = await self._resume(sent, resume, deadline - loop.time())
@@ -530,7 +585,7 @@ class Upstreams:
                 _close(sent.response, complete=False)
                 sent, failed, piece = resumed, None, resumed.first
                 splice = resume.splice()
-            if failed is None and meter:
+            if failed is None and meter and not cut:
                 rest = meter.flush()
                 if rest:
                     yield rest
@@ -540,8 +595,8 @@ class Upstreams:
         finally:
             silence.close()
             self._busy(sent.endpoint, -1)
-            _close(sent.response, complete=failed is None)
-            if failed is None:
+            _close(sent.response, complete=failed is None and not cut)
+            if failed is None and not cut:
                 sent.endpoint.record_success()
             on_done(sent, failed)
 
@@ -585,12 +640,14 @@ class Upstreams:
         self.metrics.stream_resumptions.labels(pool, "failed").inc()
         return None
 
-    async def read_all(self, sent: Sent) -> bytes:
-        """The rest of a non-streamed body, within the gap timeout between reads."""
+    async def read_all(self, sent: Sent, deadline: float = float("inf")) -> bytes:
+        """The rest of a non-streamed body, within the gap timeout between reads and by ``deadline``
+        (on the loop's clock)."""
         parts = [sent.first]
         complete = False
         # most non-streamed answers arrive in one read: with the whole body here, nothing is timed
-        silence = None if sent.response.arrived else Silence(self.settings.timeouts.chunk_gap_s)
+        gap_s = self.settings.timeouts.chunk_gap_s
+        silence = None if sent.response.arrived else Silence(gap_s, deadline)
         try:
             if silence is None:
                 parts.extend([piece async for piece in sent.chunks])
@@ -616,6 +673,49 @@ class Upstreams:
             _close(sent.response, complete)
         sent.endpoint.record_success()
         return b"".join(parts)
+
+
+class _Within:
+    """A try's wait cut at the request's deadline: ``asyncio.timeout_at`` for a ``with`` block (a retry
+    is rare; the first try keeps the shared timer of :mod:`gateway.upstream.deadline`)."""
+
+    __slots__ = ("_cancelling", "_handle", "_task", "deadline", "expired")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.expired = False
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._cancelling = 0
+        self._handle: asyncio.TimerHandle | None = None
+
+    def __enter__(self) -> _Within:
+        self._cancelling = self._task.cancelling()
+        self._handle = asyncio.get_running_loop().call_at(self.deadline, self._expire)
+        return self
+
+    def _expire(self) -> None:
+        self.expired = True
+        self._task.cancel()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        if self.expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc
+
+
+def _whole_json(content: bytes, headers: Headers) -> bool:
+    """Whether a success that says it is JSON looks whole: an object (or array) from its first byte to
+    its last. A test of the ends, not a parse (a body of megabytes of embeddings stays cheap), which a
+    body cut short at the length the upstream announced, or a proxy's HTML page, fails."""
+    if not headers.get("content-type", "").startswith("application/json"):
+        return True
+    first, last = content[:64].lstrip()[:1], content[-64:].rstrip()[-1:]
+    return (first == b"{" and last == b"}") or (first == b"[" and last == b"]")
 
 
 def _close(response: Response, complete: bool) -> None:

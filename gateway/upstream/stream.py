@@ -26,8 +26,14 @@ class Transcript(Protocol):
 
     def record(self, chunk: dict[str, Any]) -> None: ...
 
+    @property
+    def blocked(self) -> str | None:
+        """Why the stream could not be continued elsewhere ("finished": its one choice ended)."""
+        ...
+
 
 _DONE = b"[DONE]"
+DONE_EVENT = b"data: [DONE]\n\n"  # a chat or completion stream's last event
 _ERROR = b'"error"'
 
 log = logging.getLogger("specroute.upstream")
@@ -119,6 +125,13 @@ class StreamMeter:
             if kept is not None:
                 out.append(kept + b"\n\n")
         return b"".join(out)
+
+    def answered(self) -> bool:
+        """Whether a stream that broke had already given the client its whole answer: its one choice
+        finished (the transcript of a resumable stream says so), and the client did not ask for the
+        usage chunk that was still to come; what is lost is only what the gateway asked for itself."""
+        t = self.transcript
+        return not self.keep_usage_chunk and t is not None and t.blocked == "finished"
 
     def discard_partial(self) -> None:
         """Forget the unfinished event of a stream that broke: the client never saw any of it."""

@@ -117,8 +117,8 @@ class _Connection(asyncio.Protocol):
         self.pool.forget(self)
         response = self.response
         if response is not None and not response.done:
-            if response.until_close and response.head.done():
-                response.finish()  # a body delimited by the connection's end
+            if response.until_close and response.head.done() and exc is None:
+                response.finish()  # a body delimited by the connection's end (a reset is no end)
             else:
                 self._fail("the upstream closed the connection" if exc is None else str(exc))
 

@@ -9,7 +9,9 @@ Every answer closes its connection, so the gateway's pool never holds a half-rea
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
+import struct
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
 
 
 SLOW_S = 0.6  # how long a "slow_ok" answer waits before its head
+DRIP_S = 0.05  # the pause between the bytes of a "drip" answer
 
 Answer = Literal[
     "ok",
@@ -47,6 +50,12 @@ Answer = Literal[
     "no_route",
     "busy_for_7s",
     "slow_ok",
+    "cut_after_finish",
+    "reset_until_close",
+    "not_json",
+    "cut_json",
+    "stall_head",
+    "drip",
 ]
 
 #: vLLM's answer for a model it does not serve, in the shape of its 404 (written here, model renamed)
@@ -132,6 +141,9 @@ class Scripted:
         if answer == "slow_ok":  # a whole answer, as "ok", after a queue's wait (SLOW_S) before its head
             await asyncio.sleep(SLOW_S)
             answer = "ok"
+        if answer == "stall_head":  # nothing at all until the client gives up and closes
+            await reader.read()
+            return
         if answer == "busy":
             writer.write(_response(503, b'{"error":{"message":"busy","code":503}}'))
         elif answer == "busy_for_7s":  # an overloaded server (or the balancer before it) says when to return
@@ -148,6 +160,25 @@ class Scripted:
             writer.write(_response(200, b""))
         elif answer == "cut_after_head":  # the head, then the connection closes before any of the body
             writer.write(_response(200, completion())[: -len(completion())])
+        elif answer == "not_json":  # a proxy's page, said to be JSON
+            writer.write(_response(200, b"<html>upstream unavailable</html>"))
+        elif answer == "cut_json":  # half a JSON body, its length announced as that half
+            writer.write(_response(200, completion()[: len(completion()) // 2]))
+        elif answer == "reset_until_close":  # a body delimited by the connection's end, reset midway
+            body = completion()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n")
+            writer.write(body[: len(body) // 2])
+            await writer.drain()
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+            writer.transport.abort()
+        elif answer == "drip":  # never silent for long, never done in time: a byte every DRIP_S
+            body = completion()
+            writer.write(_response(200, body)[: -len(body)])
+            for i in range(len(body)):
+                writer.write(body[i : i + 1])
+                await writer.drain()
+                await asyncio.sleep(DRIP_S)
         elif not stream:
             body = completion()
             if answer == "ok":
@@ -165,13 +196,15 @@ class Scripted:
             events = stream_events()
             if answer in ("cut_stream", "early_end"):
                 events = events[:1]
+            elif answer == "cut_after_finish":  # the last token's chunk (finish_reason) came; no [DONE]
+                events = events[:2]
             elif answer == "error_event":  # vLLM's error event inside a stream, then [DONE]
                 error = b'{"error":{"message":"CUDA error at /srv/engine/worker.py:42","code":500}}'
                 events = [events[0], b"data: " + error + b"\n\n", events[-1]]
             for event in events:
                 writer.write(b"%x\r\n%s\r\n" % (len(event), event))
                 await writer.drain()
-            if answer not in ("cut_stream", "cut_after_done"):  # early_end: a proper end, no [DONE]
+            if answer not in ("cut_stream", "cut_after_done", "cut_after_finish"):  # early_end: no [DONE]
                 writer.write(b"0\r\n\r\n")
 
 

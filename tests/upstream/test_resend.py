@@ -206,9 +206,12 @@ async def test_a_stream_cut_after_its_done_event_reaches_the_client_whole():
         assert not any(b'"error"' in e for e in events)
 
 
-async def test_a_stream_broken_past_resumption_ends_with_an_error_event_and_done():
+@pytest.mark.parametrize("broken", ["cut_stream", "early_end"])
+async def test_a_stream_broken_past_resumption_ends_with_an_error_event_and_done(broken):
+    """Cut by a reset, or ended in good order before ``[DONE]``: the client is told, never handed a
+    shorter answer that looks whole."""
     extra = {"retries": {"resume_streams": False}}
-    async with _setup(["cut_stream"], **extra) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
+    async with _setup([broken], **extra) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
         body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
         r = await http.post("/v1/completions", json=body)
         events = [e for e in r.content.split(b"\n\n") if e]
@@ -309,3 +312,66 @@ async def test_a_client_told_busy_is_told_when_to_come_back(answer, status, retr
         assert e.value.status_code == (502 if status == 500 else status)
         assert e.value.response.headers.get("retry-after") == retry_after
         assert len(script.log) == 2
+
+
+async def test_a_stream_that_ends_before_done_goes_on_elsewhere():
+    async with _setup(["early_end", "ok"]) as (client, script, url):
+        # the scripted upstream answers a continuation with the whole text again: what counts is that
+        # the stream went on elsewhere after the first token, without an error
+        assert (await _text(client, stream=True)).startswith("Hello")
+        assert [a for _, a in script.log] == ["early_end", "ok"]
+        assert script.log[0][0] != script.log[1][0]
+        assert await _metric(url, "specroute_upstream_errors_total", kind="stream") == 1
+        assert await _metric(url, "specroute_stream_resumptions_total", outcome="resumed") == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_stream_cut_after_its_last_token_gives_the_client_its_whole_answer(stream):
+    """What broke was the usage and ``[DONE]`` the gateway asked for itself: the client, which asked for
+    neither, gets every token and the end it expects (non-streamed requests are assembled from it)."""
+    extra = {"routing": {"strategy": "always-speculative"}}
+    async with (
+        _setup(["cut_after_finish", "ok"], **extra) as (_, script, url),
+        httpx.AsyncClient(base_url=url) as http,
+    ):
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": stream}
+        r = await http.post("/v1/completions", json=body)
+        assert r.status_code == 200
+        if stream:
+            events = [e for e in r.content.split(b"\n\n") if e]
+            assert events[-1] == b"data: [DONE]" and not any(b'"error"' in e for e in events)
+            text = [orjson.loads(e[len(b"data: ") :])["choices"][0] for e in events[:-1]]
+            assert "".join(c["text"] for c in text) == "Hello there"
+            assert text[-1]["finish_reason"] == "length"
+            assert len(script.log) == 1  # whole: nothing to resume
+        else:
+            assert r.json()["choices"][0]["text"] == "Hello there"
+
+
+@pytest.mark.parametrize("broken", ["reset_until_close", "not_json", "cut_json"])
+async def test_a_success_that_is_not_whole_json_is_sent_again_then_reported(broken):
+    """A body delimited by the connection's end and reset midway, a proxy's page, half a body at the
+    length announced for it: the client has seen nothing, so another endpoint answers; none left, a 502."""
+    async with _setup([broken, "ok"]) as (client, script, url):
+        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert answer.choices[0].text == "Hello there"
+        assert [a for _, a in script.log] == [broken, "ok"]
+        kind = "stream" if broken == "reset_until_close" else "protocol"
+        assert await _metric(url, "specroute_upstream_errors_total", kind=kind) == 1
+    async with _setup([broken], retries={"attempts": 2}) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 502 and len(script.log) == 2
+
+
+@pytest.mark.parametrize("slow", ["stall_head", "drip"])
+async def test_a_non_streamed_request_ends_within_its_total_time_whatever_the_tries(slow):
+    """One hung endpoint after another, or a body a byte at a time (never silent for a whole gap), end
+    at ``timeouts.total_s`` for the whole request, not per try."""
+    extra = {"timeouts": {"total_s": 1.0, "chunk_gap_s": 0.5}, "retries": {"attempts": 3}}
+    async with _setup([slow], **extra) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 504
+        assert "within 1 s" in e.value.message
+        assert len(script.log) == 1  # the request's time was spent on the first try
