@@ -8,17 +8,21 @@ on the :class:`~gateway.upstream.pool.Endpoint` object they hold, and it is forg
 A failed resolution keeps the last known list: a DNS hiccup must not empty a pool, and a Pod that
 really went away is taken out by the health checks meanwhile.
 
-A discovered endpoint is named ``<pool>-<n>``, a number given to its address the first time the pool
-sees it and kept for as long as the pool lives. Endpoint names reach metrics labels, ``/ready`` and
-the admin view; addresses stay in the gateway's own log (the line saying which address joined).
+A discovered endpoint is named ``<pool>-<h>``, ``h`` a hash of its ``<address>:<port>`` that Prometheus
+computes too (``hashmod`` in the ``vllm`` scrape job), so the gateway's series and the vLLM server's own
+carry the same ``endpoint`` label. The name depends on the address alone: every gateway replica, and a
+restarted one, gives a Pod the same name, and a Pod that comes back at its address gets its old name
+(and the per-endpoint state kept under it). A number counted per gateway could do neither, and
+Prometheus could not reproduce it. Endpoint names reach metrics labels, ``/ready`` and the admin view;
+addresses stay in the gateway's own log (the line saying which address joined).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import socket
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
@@ -49,31 +53,55 @@ async def resolve_dns(hostname: str, port: int) -> list[tuple[str, int]]:
     )
 
 
-def endpoint_for(pool: PoolName, discovery: DiscoveryConfig, address: str, port: int, name: str) -> Endpoint:
+#: ``modulus`` of the ``hashmod`` relabelling that makes the ``endpoint`` label of vLLM targets
+#: (deploy/prometheus/prometheus.yml, the monitoring component's PodMonitor): the two must agree.
+#: 2**32 keeps names short, and two of a hundred Pods share one about once in a million pools.
+NAME_MODULUS = 2**32
+
+
+def address_label(address: str, port: int) -> str:
+    """``<ip>:<port>`` (``[<ipv6>]:<port>``), as Prometheus's Pod discovery writes ``__address__``."""
     host = f"[{address}]" if ":" in address else address
-    return Endpoint(pool, name, f"{discovery.scheme}://{host}:{port}")
+    return f"{host}:{port}"
 
 
-#: per pool, the name given to each address it has discovered
-_NAMES: weakref.WeakKeyDictionary[Pool, dict[tuple[str, int], str]] = weakref.WeakKeyDictionary()
+def discovered_name(pool: PoolName, address: str, port: int) -> str:
+    """``<pool>-<h>``: ``h`` is what Prometheus's ``hashmod`` makes of the address.
+
+    That is the last 8 bytes of the MD5 of ``__address__``, big-endian, modulo ``NAME_MODULUS``.
+    """
+    digest = hashlib.md5(address_label(address, port).encode(), usedforsecurity=False).digest()
+    return f"{pool}-{int.from_bytes(digest[8:], 'big') % NAME_MODULUS}"
 
 
-def discovered_name(pool: Pool, address: str, port: int, taken: set[str]) -> str:
-    """``<pool>-<n>`` for this address: the same every time, and no name in ``taken`` (static ones)."""
-    names = _NAMES.setdefault(pool, {})
-    name = names.get((address, port))
-    if name is None:
-        used = set(names.values()) | taken
-        n = len(names)
-        while f"{pool.name}-{n}" in used:
-            n += 1
-        name = names[(address, port)] = f"{pool.name}-{n}"
-    return name
+def endpoint_for(pool: PoolName, discovery: DiscoveryConfig, address: str, port: int, name: str) -> Endpoint:
+    return Endpoint(pool, name, f"{discovery.scheme}://{address_label(address, port)}")
 
 
 def static_endpoints(pool: PoolName, cfg: PoolConfig) -> list[Endpoint]:
     """The endpoints listed in the configuration; a pool with only ``discovery`` starts empty."""
     return [Endpoint(pool, e.name, e.base_url, e.weight) for e in cfg.endpoints]
+
+
+def _unique_names(wanted: list[Endpoint], static: int, members: list[Endpoint]) -> None:
+    """Rename a newcomer found by DNS (``wanted[static:]``) whose name another endpoint holds.
+
+    Names key a pool's metrics and per-endpoint state, so they must be unique in it. A static endpoint
+    already named like a discovered one, or two addresses with the same hash, make the newcomer take a
+    suffix (only its series then miss their vLLM counterparts); an endpoint already in the pool keeps
+    the name it has.
+    """
+    current = {e.base_url: e.name for e in members}
+    found = wanted[static:]
+    taken = {e.name for e in wanted[:static]} | {current[e.base_url] for e in found if e.base_url in current}
+    for e in found:
+        if e.base_url in current:
+            e.name = current[e.base_url]
+            continue
+        name, n = e.name, 1
+        while e.name in taken:
+            e.name, n = f"{name}-{n}", n + 1
+        taken.add(e.name)
 
 
 async def refresh_pool(
@@ -99,15 +127,14 @@ async def refresh_pool(
         return []
     wanted = static_endpoints(pool.name, cfg)
     seen = {e.base_url for e in wanted}
-    static_names = {e.name for e in wanted}
     addresses: dict[str, str] = {}
     for address, port in found:
-        name = discovered_name(pool, address, port, static_names)
-        ep = endpoint_for(pool.name, cfg.discovery, address, port, name)
+        ep = endpoint_for(pool.name, cfg.discovery, address, port, discovered_name(pool.name, address, port))
         if ep.base_url not in seen:
             seen.add(ep.base_url)
             wanted.append(ep)
-            addresses[ep.base_url] = f"{address}:{port}"
+            addresses[ep.base_url] = address_label(address, port)
+    _unique_names(wanted, len(cfg.endpoints), pool.endpoints)
     known = {e.base_url for e in pool.endpoints}
     new = [e for e in wanted if e.base_url not in known]
     # Checked before the list changes: a new endpoint takes traffic only after it has answered once.

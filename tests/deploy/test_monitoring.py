@@ -7,6 +7,7 @@ differs, and check that the monitors find what they are meant to scrape in every
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import importlib.util
 import json
@@ -14,11 +15,16 @@ import os
 import subprocess
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import httpx
 import jsonschema
 import pytest
 import yaml
 
+from gateway.config import load_settings
+from gateway.upstream import discovery
+from gateway.upstream.pool import Pool
 from tests.deploy.k8s import K8S, OVERLAYS, Doc, find, one, pod_spec, render
 from tests.deploy.test_manifests import validate
 from tests.observability.tooling import DASHBOARD, PROMETHEUS_DIR, binary, rule_files
@@ -143,22 +149,109 @@ def test_pod_monitor_scrapes_both_pools(built: dict[str, list[Doc]], overlay: st
     assert {r.get("targetLabel") for r in endpoint["relabelings"]} >= {"pool", "endpoint"}
 
 
-def test_pod_monitor_labels_like_the_plain_scrape_config() -> None:
-    """``pool`` and ``endpoint`` come from the same sources as in prometheus.yml's vllm job."""
+_LABEL_RULES = ("pool", "endpoint", "__tmp_endpoint_hash")
+
+
+def _plain_vllm_job() -> dict[str, Any]:
     plain = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
     (job,) = [j for j in plain["scrape_configs"] if j["job_name"] == "vllm"]
-    wanted = {
-        r["target_label"]: (r["source_labels"], r.get("separator"))
-        for r in job["relabel_configs"]
-        if r.get("target_label") in ("pool", "endpoint")
-    }
+    return dict(job)
+
+
+def _pod_monitor_relabel_configs() -> list[dict[str, Any]]:
+    """The PodMonitor's relabelings in a scrape config's spelling."""
     (endpoint,) = _component_doc("podmonitor-vllm.yaml")["spec"]["podMetricsEndpoints"]
-    got = {
-        r["targetLabel"]: (r["sourceLabels"], r.get("separator"))
-        for r in endpoint["relabelings"]
-        if r.get("targetLabel") in ("pool", "endpoint")
-    }
+    spelling = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    return [{spelling.get(k, k): v for k, v in r.items()} for r in endpoint["relabelings"]]
+
+
+def test_pod_monitor_labels_like_the_plain_scrape_config() -> None:
+    """``pool`` and ``endpoint`` are made by the same rules as in prometheus.yml's vllm job."""
+    wanted = [r for r in _plain_vllm_job()["relabel_configs"] if r.get("target_label") in _LABEL_RULES]
+    got = [r for r in _pod_monitor_relabel_configs() if r.get("target_label") in _LABEL_RULES]
     assert got == wanted
+
+
+#: Pods as Kubernetes Pod discovery presents them: ``__address__`` is ``<pod ip>:<container port>``
+PODS = [
+    ("speculative", "10.1.2.3", 8000),
+    ("speculative", "10.1.2.4", 8000),
+    ("baseline", "10.1.9.7", 8000),
+    ("baseline", "fd00::5", 8000),
+]
+
+
+def _relabelled_endpoints(
+    tmp_path: Path, relabel_configs: list[dict[str, Any]]
+) -> dict[tuple[str, str], str]:
+    """``(pool, __address__) -> endpoint`` after ``relabel_configs``, as ``promtool`` applies them."""
+    groups = [
+        {
+            "targets": [discovery.address_label(address, port)],
+            "labels": {
+                "__meta_kubernetes_pod_label_specroute_io_pool": pool,
+                "__meta_kubernetes_pod_container_port_name": "http",
+                "__meta_kubernetes_namespace": "specroute",
+                "__meta_kubernetes_pod_name": f"vllm-{pool}-{i}",
+            },
+        }
+        for i, (pool, address, port) in enumerate(PODS)
+    ]
+    (tmp_path / "pods.json").write_text(json.dumps(groups))
+    job = {
+        "job_name": "vllm",
+        "file_sd_configs": [{"files": ["pods.json"]}],
+        "relabel_configs": relabel_configs,
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": [job]}))
+    done = subprocess.run(
+        [binary("promtool"), "check", "service-discovery", "--timeout=1s", "prometheus.yml", "vllm"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    targets = json.loads(done.stdout)
+    assert len(targets) == len(PODS), done.stdout
+    return {(t["labels"]["pool"], t["labels"]["__address__"]): t["labels"]["endpoint"] for t in targets}
+
+
+def _gateway_names() -> dict[tuple[str, str], str]:
+    """``(pool, address:port) -> name`` the gateway gives the same Pods found through DNS."""
+    pools = {}
+    for name in ("speculative", "baseline"):
+        pools[name] = {"discovery": {"hostname": f"vllm-{name}", "port": 8000}, "models": ["m"]}
+    settings = load_settings(overrides={"pools": pools})
+
+    async def dns(hostname: str, port: int) -> list[tuple[str, int]]:
+        return [(a, p) for pool, a, p in PODS if hostname == f"vllm-{pool}"]
+
+    async def refresh() -> dict[tuple[str, str], str]:
+        ok = httpx.MockTransport(lambda request: httpx.Response(200))
+        found = {name: Pool(name, ["m"]) for name in ("speculative", "baseline")}
+        async with httpx.AsyncClient(transport=ok) as client:
+            await discovery.refresh(client, found, settings, dns)
+        return {
+            (p.name, e.base_url.removeprefix("http://")): e.name for p in found.values() for e in p.endpoints
+        }
+
+    return asyncio.run(refresh())
+
+
+@pytest.mark.parametrize("source", ["prometheus.yml", "podmonitor-vllm.yaml"])
+def test_a_discovered_vllm_target_is_labelled_with_the_gateways_name_for_it(
+    tmp_path: Path, source: str
+) -> None:
+    """The vLLM series of a Pod and the gateway's series of the endpoint it found at that Pod share
+    ``endpoint``: what the dashboard's gateway-against-vLLM panels and the per-endpoint alerts join on."""
+    rules = (
+        _plain_vllm_job()["relabel_configs"] if source == "prometheus.yml" else _pod_monitor_relabel_configs()
+    )
+    labelled = _relabelled_endpoints(tmp_path, rules)
+    named = _gateway_names()
+    assert labelled == named
+    assert len(set(named.values())) == len(PODS)
 
 
 def test_rule_schema_is_live() -> None:

@@ -134,7 +134,7 @@ async def test_a_discovery_only_pool_fills_at_refresh_and_a_new_endpoint_takes_t
 
     dns.records = [a]
     await discovery.refresh(upstreams.client, upstreams.pools, settings, dns)
-    assert _names(pool) == ["baseline-0"]
+    assert _names(pool) == [discovery.discovered_name("baseline", "127.0.0.2", a.port)]
     assert pool.endpoints[0].base_url == f"http://127.0.0.2:{a.port}"
     assert _names(upstreams.pools["speculative"]) == ["spec-0"]
     for _ in range(4):
@@ -236,7 +236,7 @@ async def test_run_follows_the_service_and_reports_drained_endpoints(pods, gatew
         async for _ in upstreams.relay(sent, None, lambda s, failed: None):
             pass
         await _until(lambda: bool(removed))
-        assert [e.name for e in removed] == ["baseline-0"]
+        assert [e.name for e in removed] == [discovery.discovered_name("baseline", "127.0.0.2", a.port)]
         assert not task.done()
     finally:
         task.cancel()
@@ -258,13 +258,38 @@ def test_endpoint_urls_for_ipv6():
     assert (ep.name, ep.base_url) == ("baseline-0", "http://[fd00::1]:8000")
 
 
-def test_discovered_names_carry_no_address_and_stay_with_their_address():
-    pool = Pool("baseline", ["m"])
-    first = discovery.discovered_name(pool, "10.0.0.7", 8000, {"baseline-1"})
-    second = discovery.discovered_name(pool, "fd00::1", 8000, {"baseline-1"})
-    assert (first, second) == ("baseline-0", "baseline-2")  # a static endpoint's name is skipped
-    assert discovery.discovered_name(pool, "10.0.0.7", 8000, {"baseline-1"}) == first
-    assert discovery.discovered_name(Pool("baseline", ["m"]), "fd00::1", 8000, set()) == "baseline-0"
+def test_discovered_names_are_prometheus_hashmod_of_the_address_and_carry_no_address():
+    """``<pool>-<h>`` with h = hashmod(``__address__``, 2**32): what the vllm scrape job labels the Pod.
+
+    The figures are Prometheus's own (``promtool check service-discovery`` on prometheus.yml's relabelling;
+    tests/deploy/test_monitoring.py runs it): a number the gateway counted could not be reproduced there.
+    """
+    assert discovery.discovered_name("speculative", "10.1.2.3", 8000) == "speculative-2587973837"
+    assert discovery.discovered_name("baseline", "fd00::5", 8000) == "baseline-2780864585"
+    # the same address, the same name: in every gateway replica and after a restart, whatever came first
+    assert discovery.discovered_name("baseline", "10.0.0.7", 8000) == discovery.discovered_name(
+        "baseline", "10.0.0.7", 8000
+    )
+    assert "10.0.0.7" not in discovery.discovered_name("baseline", "10.0.0.7", 8000)
+
+
+async def test_a_newcomer_named_like_a_static_endpoint_takes_a_suffix_and_members_keep_theirs():
+    clash = discovery.discovered_name("baseline", "10.0.0.7", 8000)
+    static = {"endpoints": [{"name": clash, "url": "http://10.0.0.9:8000"}], "models": ["m"]}
+    found = {"discovery": {"hostname": HOSTNAME, "port": 8000}, "models": ["m"], **static}
+    settings = load_settings(overrides={"pools": {"speculative": static, "baseline": found}})
+    pool = Pool("baseline", ["m"], discovery.static_endpoints("baseline", settings.pools.baseline))
+
+    async def dns(hostname: str, port: int) -> list[tuple[str, int]]:
+        return [("10.0.0.7", 8000), ("10.0.0.8", 8000)]
+
+    async with upstreams_for(settings) as upstreams:
+        await discovery.refresh_pool(upstreams.client, pool, settings.pools.baseline, settings, dns)
+        other = discovery.discovered_name("baseline", "10.0.0.8", 8000)
+        assert _names(pool) == [clash, f"{clash}-1", other]
+        renamed = pool.endpoints[1]
+        await discovery.refresh_pool(upstreams.client, pool, settings.pools.baseline, settings, dns)
+        assert pool.endpoints[1] is renamed and _names(pool) == [clash, f"{clash}-1", other]
 
 
 async def _until(condition: Callable[[], bool], limit_s: float = 10.0) -> None:
