@@ -47,12 +47,10 @@ def serve_command(
     from gateway.config import ConfigError, load_settings
     from gateway.server import StartupError, serve
 
-    overrides: dict[str, dict[str, object]] = {"server": {}}
-    for key, value in (("host", host), ("port", port), ("workers", workers)):
-        if value is not None:
-            overrides["server"][key] = value
+    # only the flags given: an empty section would read as one the command line set
+    flags = {k: v for k, v in (("host", host), ("port", port), ("workers", workers)) if v is not None}
     try:
-        settings = load_settings(config, overrides)
+        settings = load_settings(config, {"server": flags} if flags else None)
         serve(settings, config_path=config)
     except ConfigError as e:
         typer.echo(str(e), err=True)

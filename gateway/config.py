@@ -23,12 +23,26 @@ from gateway.types import POOL_NAMES, PoolName
 
 __all__ = ["POOL_NAMES", "ConfigError", "PoolName", "Settings", "Strategy", "load_settings"]
 
+ENV_PREFIX = "SPECROUTE_"
+
 
 class Strategy(StrEnum):
     ADAPTIVE = "adaptive"
     CLASSIFIER = "classifier"
     ALWAYS_SPECULATIVE = "always-speculative"
     ALWAYS_BASELINE = "always-baseline"
+
+
+class _Conflict(ValueError):
+    """A rule across fields, naming the fields it compares (relative to the model that raises it).
+
+    An error from a model's own validator is located at the model, not at a field: the fields tell
+    which sources set the values the rule found at odds, so the error names those and no other.
+    """
+
+    def __init__(self, message: str, *fields: str):
+        super().__init__(message)
+        self.fields = fields
 
 
 class _Strict(BaseModel):
@@ -50,7 +64,7 @@ class UpstreamKeyConfig(_Strict):
     @model_validator(mode="after")
     def _one_source(self) -> UpstreamKeyConfig:
         if self.api_key_env is not None and self.api_key_file is not None:
-            raise ValueError("set `api_key_env` or `api_key_file`, not both")
+            raise _Conflict("set `api_key_env` or `api_key_file`, not both", "api_key_env", "api_key_file")
         return self
 
     @property
@@ -104,10 +118,10 @@ class PoolConfig(UpstreamKeyConfig):
     @model_validator(mode="after")
     def _has_endpoints(self) -> PoolConfig:
         if not self.endpoints and self.discovery is None:
-            raise ValueError("a pool needs `endpoints` or `discovery`")
+            raise _Conflict("a pool needs `endpoints` or `discovery`", "endpoints", "discovery")
         names = [e.name for e in self.endpoints]
         if len(names) != len(set(names)):
-            raise ValueError("endpoint names must be unique within a pool")
+            raise _Conflict("endpoint names must be unique within a pool", "endpoints")
         return self
 
 
@@ -240,7 +254,11 @@ class CorsConfig(_Strict):
     @model_validator(mode="after")
     def _no_wildcard_with_credentials(self) -> CorsConfig:
         if self.allow_credentials and "*" in self.allow_origins:
-            raise ValueError('`allow_credentials` needs explicit `allow_origins`, not "*"')
+            raise _Conflict(
+                '`allow_credentials` needs explicit `allow_origins`, not "*"',
+                "allow_credentials",
+                "allow_origins",
+            )
         return self
 
 
@@ -325,7 +343,7 @@ class UpstreamTLSConfig(_Strict):
     @model_validator(mode="after")
     def _key_needs_cert(self) -> UpstreamTLSConfig:
         if self.key_file is not None and self.cert_file is None:
-            raise ValueError("`key_file` needs `cert_file`")
+            raise _Conflict("`key_file` needs `cert_file`", "key_file", "cert_file")
         return self
 
 
@@ -378,13 +396,18 @@ class ServerConfig(_Strict):
     @model_validator(mode="after")
     def _tls_needs_cert(self) -> ServerConfig:
         if self.tls_cert_file is None and (self.tls_key_file or self.tls_client_ca_file):
-            raise ValueError("`tls_key_file` and `tls_client_ca_file` need `tls_cert_file`")
+            raise _Conflict(
+                "`tls_key_file` and `tls_client_ca_file` need `tls_cert_file`",
+                "tls_key_file",
+                "tls_client_ca_file",
+                "tls_cert_file",
+            )
         return self
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="SPECROUTE_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
     )
 
     server: ServerConfig = ServerConfig()
@@ -417,7 +440,11 @@ class Settings(BaseSettings):
         spec, base = set(pools.speculative.models), set(pools.baseline.models)
         if spec != base:
             # Both pools serve the same target; a model on one side only cannot fail over.
-            raise ValueError(f"both pools must serve the same models (speculative {spec}, baseline {base})")
+            raise _Conflict(
+                f"both pools must serve the same models (speculative {spec}, baseline {base})",
+                "speculative.models",
+                "baseline.models",
+            )
         return pools
 
     def served_models(self) -> list[str]:
@@ -441,28 +468,52 @@ class ConfigError(Exception):
     """Configuration that cannot start the gateway; the message names the bad field."""
 
 
-def _has(data: dict[str, Any], loc: tuple[str | int, ...]) -> bool:
+_MISSING = object()
+
+
+def _has(data: Any, loc: tuple[str | int, ...]) -> bool:
     node: Any = data
     for part in loc:
-        if not isinstance(node, dict) or part not in node:
+        if isinstance(node, list) and isinstance(part, int):
+            node = node[part] if -len(node) <= part < len(node) else _MISSING  # a JSON list's index
+        else:
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is _MISSING:
             return False
-        node = node[part]
     return True
 
 
+def _env_var(loc: tuple[str | int, ...]) -> str:
+    return ENV_PREFIX + "__".join(str(p).upper() for p in loc)
+
+
 def _env_name(loc: tuple[str | int, ...]) -> str | None:
-    """The environment variable that set ``loc`` (or a parent of it), if one did."""
-    for n in range(len(loc), 0, -1):
-        name = "SPECROUTE_" + "__".join(str(p).upper() for p in loc[:n])
-        if any(k.upper() == name for k in os.environ):
-            return name
-    return None
+    """The environment variable that set ``loc``: its own, a parent's whose JSON holds it, or one below it.
+
+    One below it: a key the section does not have (``SPECROUTE_ROUTING__BOGUS``) is reported at that key,
+    and a section's own rule at the section, while the environment sets their fields one by one.
+    """
+    names = {k.upper(): v for k, v in os.environ.items() if k.upper().startswith(ENV_PREFIX)}
+    own = _env_var(loc)
+    if own in names:
+        return own
+    for n in range(len(loc) - 1, 0, -1):
+        parent = _env_var(loc[:n])
+        if parent in names:
+            try:
+                value = json.loads(names[parent])
+            except ValueError:
+                continue
+            if _has(value, loc[n:]):
+                return parent
+    below = sorted(name for name in names if name.startswith(own + "__"))
+    return below[0] if below else None
 
 
-def _where(
+def _source(
     loc: tuple[str | int, ...], file: str | None, file_data: dict[str, Any], flags: dict[str, Any]
-) -> str:
-    """Which source gave the bad value, in precedence order."""
+) -> str | None:
+    """The source whose value of ``loc`` the settings hold (the highest that set it), or None if none did."""
     if _has(flags, loc):
         return "command line"
     env = _env_name(loc)
@@ -470,7 +521,27 @@ def _where(
         return f"environment variable {env}"
     if file is not None and _has(file_data, loc):
         return file
-    return file or "defaults"
+    return None
+
+
+def _where(
+    loc: tuple[str | int, ...],
+    fields: tuple[str, ...],
+    file: str | None,
+    file_data: dict[str, Any],
+    flags: dict[str, Any],
+) -> str:
+    """Which sources gave the bad value: for a rule across ``fields``, those that set any of them."""
+    found: list[str] = []
+    for field in fields:
+        source = _source(loc + tuple(field.split(".")), file, file_data, flags)
+        if source is not None and source not in found:
+            found.append(source)
+    if not found:
+        found.append(_source(loc, file, file_data, flags) or file or "defaults")
+    # the overriding source first: the command line, then the environment, then the file
+    rank = {"command line": 0}
+    return " and ".join(sorted(found, key=lambda s: rank.get(s, 1 if s.startswith("environment") else 2)))
 
 
 def _format_validation_error(
@@ -481,7 +552,9 @@ def _format_validation_error(
     for e in err.errors():
         loc = tuple(e["loc"])
         key = ".".join(str(p) for p in loc) or "<root>"
-        problems.append(f"{key}: {e['msg']} (from {_where(loc, file, file_data, flags)})")
+        cause = e.get("ctx", {}).get("error")
+        fields = cause.fields if isinstance(cause, _Conflict) else ()
+        problems.append(f"{key}: {e['msg']} (from {_where(loc, fields, file, file_data, flags)})")
     return "invalid configuration: " + "; ".join(problems)
 
 

@@ -136,3 +136,10 @@ def test_an_unreachable_bench_target_is_one_line() -> None:
 def test_a_bench_url_without_scheme_says_so() -> None:
     line = one_line(specroute("bench", "run", "--url", "127.0.0.1:9", "--requests", "1"))
     assert "needs a scheme" in line
+
+
+def test_a_rule_across_keys_names_the_variable_not_the_command_line(config: Path) -> None:
+    proc = specroute("serve", "--config", str(config), env={"SPECROUTE_SERVER__TLS_KEY_FILE": "key.pem"})
+    line = one_line(proc)
+    assert proc.returncode == 2
+    assert line.endswith("need `tls_cert_file` (from environment variable SPECROUTE_SERVER__TLS_KEY_FILE)")

@@ -160,3 +160,24 @@ def test_serve_flag_beats_environment(tmp_path):
     assert proc.returncode == 2
     assert "server.port" in proc.stderr and "command line" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_rule_across_keys_names_the_sources_of_those_keys(tmp_path, monkeypatch):
+    """A section's own rule is blamed on whoever set the keys it compares, not on the whole section."""
+    path = _write(tmp_path, BASE)
+    monkeypatch.setenv("SPECROUTE_SERVER__TLS_KEY_FILE", "key.pem")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, {"server": {"port": 9000}})  # a flag in the same section, for another key
+    assert "need `tls_cert_file` (from environment variable SPECROUTE_SERVER__TLS_KEY_FILE)" in str(err.value)
+    monkeypatch.delenv("SPECROUTE_SERVER__TLS_KEY_FILE")
+
+    in_file = _write(tmp_path, {**BASE, "server": {"tls_key_file": "key.pem"}})
+    with pytest.raises(ConfigError) as err:
+        load_settings(in_file, {"server": {"port": 9000}})
+    assert f"need `tls_cert_file` (from {in_file})" in str(err.value)
+
+    monkeypatch.setenv("SPECROUTE_POOLS__BASELINE__MODELS", '["other"]')
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    # the file gave the speculative pool's models, the environment the baseline's
+    assert f"(from environment variable SPECROUTE_POOLS__BASELINE__MODELS and {path})" in str(err.value)
