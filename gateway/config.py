@@ -3,11 +3,16 @@
 Precedence, highest first: a command-line flag, the environment, the file, the default. Environment
 variables use the prefix ``SPECROUTE_`` and ``__`` as the nesting separator, e.g.
 ``SPECROUTE_ROUTING__STRATEGY=always-baseline`` or ``SPECROUTE_AUTH__API_KEYS='["k1"]'``.
+A ``SPECROUTE_`` variable that sets no setting is refused as a misspelling, except those the project
+uses itself (:data:`NON_SETTING_ENV`), an upstream key an ``api_key_env`` names, and the service links
+Kubernetes sets for a Service named ``specroute``.
 Invalid configuration raises :class:`ConfigError` whose message names the bad field and where it came from.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
 import os
 from contextvars import ContextVar
@@ -21,7 +26,15 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gateway.types import POOL_NAMES, PoolName
 
-__all__ = ["POOL_NAMES", "ConfigError", "PoolName", "Settings", "Strategy", "load_settings"]
+__all__ = [
+    "NON_SETTING_ENV",
+    "POOL_NAMES",
+    "ConfigError",
+    "PoolName",
+    "Settings",
+    "Strategy",
+    "load_settings",
+]
 
 ENV_PREFIX = "SPECROUTE_"
 
@@ -619,6 +632,108 @@ def _yaml_problem(path: str | Path, err: yaml.YAMLError) -> str:
     return f"configuration {where} is not valid YAML: {problem}"
 
 
+#: ``SPECROUTE_`` variables that are no setting but the project's own, accepted beside the settings.
+NON_SETTING_ENV = frozenset(
+    {
+        "SPECROUTE_RUN_TOKEN",  # gateway.types.RUN_TOKEN_ENV: proves a started server is the one started
+        "SPECROUTE_PARENT_PID",  # gateway.stack: a started server stops with the process that started it
+        "SPECROUTE_CONFIG_FILE",  # gateway.server.CONFIG_ENV: the file each of several workers loads
+        "SPECROUTE_GIT_REVISION",  # gateway.observability.REVISION_ENV: the image's revision (Dockerfile)
+        "SPECROUTE_SRC",  # the peer benchmark (shared/tools/peer_bench): the checkout it runs
+        "SPECROUTE_WORKERS",  # the peer benchmark's run script: its gateway's server.workers
+        # the real-vLLM test run (tests/integration/real_vllm), whose gateways inherit its environment
+        "SPECROUTE_VLLM_HOME",
+        "SPECROUTE_VLLM_PYTHON",
+        "SPECROUTE_MAIN_PYTHON",
+        "SPECROUTE_TORCH_INDEX_URL",
+        "SPECROUTE_VLLM_VENV",
+        "SPECROUTE_VLLM_MODELS",
+        "SPECROUTE_VLLM_CACHE_ROOT",
+        "SPECROUTE_VLLM_LOG_DIR",
+        "SPECROUTE_VLLM_START_TIMEOUT",
+    }
+)
+
+
+def _env_names(model: Any, prefix: str) -> list[str]:
+    """Every variable that sets a key or a whole section of ``model``, for a "did you mean"."""
+    names = []
+    for name, info in model.model_fields.items():
+        var = f"{prefix}{name.upper()}"
+        names.append(var)
+        for arg in (info.annotation, *get_args(info.annotation)):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                names.extend(_env_names(arg, var + "__"))
+    return names
+
+
+def _key_variables(data: Any) -> set[str]:
+    """The variables a configuration names as ``api_key_env``: an upstream's key, no setting."""
+    if isinstance(data, list):
+        return set().union(*(_key_variables(v) for v in data))
+    if not isinstance(data, dict):
+        return set()
+    found = {data["api_key_env"].upper()} if isinstance(data.get("api_key_env"), str) else set()
+    return found.union(*(_key_variables(v) for v in data.values()))
+
+
+def _is_service_link(name: str, names: set[str]) -> bool:
+    """One of the variables Kubernetes sets in every Pod for each Service of the namespace.
+
+    A Service named ``specroute`` (deploy/k8s/base/service.yaml) gives ``SPECROUTE_SERVICE_HOST``,
+    ``SPECROUTE_SERVICE_PORT[_<port name>]``, ``SPECROUTE_PORT`` and ``SPECROUTE_PORT_<port>_TCP[_...]``;
+    one named ``specroute-x``, the same with ``SPECROUTE_X_``. ``<name>_SERVICE_HOST`` is always among them.
+    """
+    for host in names:
+        if host.endswith("_SERVICE_HOST"):
+            service = host[: -len("_SERVICE_HOST")]
+            if name.startswith((service + "_SERVICE_", service + "_PORT_")) or name == service + "_PORT":
+                return True
+    return False
+
+
+def _unknown_env(file_data: dict[str, Any], flags: dict[str, Any]) -> str | None:
+    """A line naming each ``SPECROUTE_`` variable that sets no setting, or None when there is none.
+
+    pydantic-settings reads only the variables of known sections and ignores the rest, so a misspelled
+    section (``SPECROUTE_ROUTNG__STRATEGY``) would leave its key at the default without a word.
+    """
+    env = {k.upper(): v for k, v in os.environ.items() if k.upper().startswith(ENV_PREFIX)}
+    sections = list(Settings.model_fields)
+    allowed = set(NON_SETTING_ENV) | _key_variables(file_data) | _key_variables(flags)
+    for name, value in env.items():
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        if path[0] not in sections:
+            continue
+        if path[-1] == "api_key_env":
+            allowed.add(value.upper())
+        else:
+            with contextlib.suppress(ValueError):  # not JSON: a scalar, or an error reported later
+                allowed |= _key_variables(json.loads(value))
+    unknown = [
+        name
+        for name in sorted(env)
+        if name[len(ENV_PREFIX) :].split("__")[0].lower() not in sections
+        and name not in allowed
+        and not _is_service_link(name, set(env))
+    ]
+    if not unknown:
+        return None
+    known = _env_names(Settings, ENV_PREFIX)
+    problems = []
+    for name in unknown:
+        suffixes = [k[len(ENV_PREFIX) :] for k in known]  # the shared prefix would make every name close
+        close = difflib.get_close_matches(name[len(ENV_PREFIX) :], suffixes, n=1, cutoff=0.8)
+        hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
+        problems.append(f"environment variable {name} sets no setting{hint}")
+    return (
+        "invalid configuration: "
+        + "; ".join(problems)
+        + f"; settings are {ENV_PREFIX}<SECTION>__<KEY>, the sections "
+        + ", ".join(sections)
+    )
+
+
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
     """Read the YAML file at ``path`` (if any), then the environment, then ``overrides`` (flags) on top."""
     data: dict[str, Any] = {}
@@ -635,6 +750,9 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
             raise ConfigError(f"configuration {path} must be a mapping at the top level")
         data = raw
     flags = overrides or {}
+    unknown = _unknown_env(data, flags)
+    if unknown is not None:
+        raise ConfigError(unknown)
     token = _FILE_DATA.set(data)
     try:
         return Settings(**flags)

@@ -143,3 +143,10 @@ def test_a_rule_across_keys_names_the_variable_not_the_command_line(config: Path
     line = one_line(proc)
     assert proc.returncode == 2
     assert line.endswith("need `tls_cert_file` (from environment variable SPECROUTE_SERVER__TLS_KEY_FILE)")
+
+
+def test_a_misspelled_section_in_the_environment_is_refused(config: Path) -> None:
+    proc = specroute("serve", "--config", str(config), env={"SPECROUTE_ROUTNG__STRATEGY": "always-baseline"})
+    line = one_line(proc)
+    assert proc.returncode == 2
+    assert "SPECROUTE_ROUTNG__STRATEGY sets no setting (did you mean SPECROUTE_ROUTING__STRATEGY?)" in line
