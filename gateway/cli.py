@@ -47,12 +47,10 @@ def serve_command(
     from gateway.config import ConfigError, load_settings
     from gateway.server import StartupError, serve
 
-    overrides: dict[str, dict[str, object]] = {"server": {}}
-    for key, value in (("host", host), ("port", port), ("workers", workers)):
-        if value is not None:
-            overrides["server"][key] = value
+    # only the flags given: an empty section would read as one the command line set
+    flags = {k: v for k, v in (("host", host), ("port", port), ("workers", workers)) if v is not None}
     try:
-        settings = load_settings(config, overrides)
+        settings = load_settings(config, {"server": flags} if flags else None)
         serve(settings, config_path=config)
     except ConfigError as e:
         typer.echo(str(e), err=True)
@@ -64,12 +62,19 @@ def serve_command(
 
 @app.command("demo")
 def demo_command(
-    port: Annotated[int, typer.Option(help="gateway port")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="gateway port (0: a free one)")] = 8000,
     strategy: Annotated[str, typer.Option(help="routing strategy")] = "adaptive",
-    time_scale: Annotated[float, typer.Option("--time-scale", help="multiply emulated delays")] = 1.0,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", min=0.0, help="multiply emulated delays")
+    ] = 1.0,
 ) -> None:
     """Start two emulated vLLM pools and the gateway on 127.0.0.1; Ctrl-C stops all."""
+    from gateway.config import Strategy
     from gateway.demo import run_demo
+
+    if strategy not in set(Strategy):  # said here, not by a gateway that fails to start
+        known = ", ".join(Strategy)
+        raise typer.BadParameter(f"{strategy!r} is not one of {known}", param_hint="--strategy")
 
     raise typer.Exit(run_demo(port=port, strategy=strategy, time_scale=time_scale))
 
@@ -82,7 +87,11 @@ def tokenizer_command(
     """Write a small tokenizer for the emulated model (for load tools such as guidellm's --processor)."""
     from gateway.emulator.hf_tokenizer import write
 
-    typer.echo(write(out, max_model_len))
+    try:
+        typer.echo(write(out, max_model_len))
+    except OSError as e:
+        typer.echo(_cannot_write(out, e), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 config_app = typer.Typer(help="The configuration: its reference, generated from the settings model.")
@@ -100,8 +109,16 @@ def config_docs_command(
     text = markdown()
     if out is None:
         typer.echo(text, nl=False)
-    else:
+        return
+    try:
         out.write_text(text)
+    except OSError as e:
+        typer.echo(_cannot_write(out, e), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _cannot_write(path: Path, error: OSError) -> str:
+    return f"cannot write {error.filename or path}: {error.strerror or error}"
 
 
 def needs_extra(extra: str, command: str, run: Callable[..., Any]) -> Callable[..., Any]:

@@ -3,11 +3,16 @@
 Precedence, highest first: a command-line flag, the environment, the file, the default. Environment
 variables use the prefix ``SPECROUTE_`` and ``__`` as the nesting separator, e.g.
 ``SPECROUTE_ROUTING__STRATEGY=always-baseline`` or ``SPECROUTE_AUTH__API_KEYS='["k1"]'``.
+A ``SPECROUTE_`` variable that sets no setting is refused as a misspelling, except those the project
+uses itself (:data:`NON_SETTING_ENV`), an upstream key an ``api_key_env`` names, and the service links
+Kubernetes sets for a Service named ``specroute``.
 Invalid configuration raises :class:`ConfigError` whose message names the bad field and where it came from.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
 import os
 from contextvars import ContextVar
@@ -21,7 +26,17 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gateway.types import POOL_NAMES, PoolName
 
-__all__ = ["POOL_NAMES", "ConfigError", "PoolName", "Settings", "Strategy", "load_settings"]
+__all__ = [
+    "NON_SETTING_ENV",
+    "POOL_NAMES",
+    "ConfigError",
+    "PoolName",
+    "Settings",
+    "Strategy",
+    "load_settings",
+]
+
+ENV_PREFIX = "SPECROUTE_"
 
 
 class Strategy(StrEnum):
@@ -29,6 +44,18 @@ class Strategy(StrEnum):
     CLASSIFIER = "classifier"
     ALWAYS_SPECULATIVE = "always-speculative"
     ALWAYS_BASELINE = "always-baseline"
+
+
+class _Conflict(ValueError):
+    """A rule across fields, naming the fields it compares (relative to the model that raises it).
+
+    An error from a model's own validator is located at the model, not at a field: the fields tell
+    which sources set the values the rule found at odds, so the error names those and no other.
+    """
+
+    def __init__(self, message: str, *fields: str):
+        super().__init__(message)
+        self.fields = fields
 
 
 class _Strict(BaseModel):
@@ -50,7 +77,7 @@ class UpstreamKeyConfig(_Strict):
     @model_validator(mode="after")
     def _one_source(self) -> UpstreamKeyConfig:
         if self.api_key_env is not None and self.api_key_file is not None:
-            raise ValueError("set `api_key_env` or `api_key_file`, not both")
+            raise _Conflict("set `api_key_env` or `api_key_file`, not both", "api_key_env", "api_key_file")
         return self
 
     @property
@@ -104,10 +131,10 @@ class PoolConfig(UpstreamKeyConfig):
     @model_validator(mode="after")
     def _has_endpoints(self) -> PoolConfig:
         if not self.endpoints and self.discovery is None:
-            raise ValueError("a pool needs `endpoints` or `discovery`")
+            raise _Conflict("a pool needs `endpoints` or `discovery`", "endpoints", "discovery")
         names = [e.name for e in self.endpoints]
         if len(names) != len(set(names)):
-            raise ValueError("endpoint names must be unique within a pool")
+            raise _Conflict("endpoint names must be unique within a pool", "endpoints")
         return self
 
 
@@ -240,7 +267,11 @@ class CorsConfig(_Strict):
     @model_validator(mode="after")
     def _no_wildcard_with_credentials(self) -> CorsConfig:
         if self.allow_credentials and "*" in self.allow_origins:
-            raise ValueError('`allow_credentials` needs explicit `allow_origins`, not "*"')
+            raise _Conflict(
+                '`allow_credentials` needs explicit `allow_origins`, not "*"',
+                "allow_credentials",
+                "allow_origins",
+            )
         return self
 
 
@@ -325,7 +356,7 @@ class UpstreamTLSConfig(_Strict):
     @model_validator(mode="after")
     def _key_needs_cert(self) -> UpstreamTLSConfig:
         if self.key_file is not None and self.cert_file is None:
-            raise ValueError("`key_file` needs `cert_file`")
+            raise _Conflict("`key_file` needs `cert_file`", "key_file", "cert_file")
         return self
 
 
@@ -378,13 +409,18 @@ class ServerConfig(_Strict):
     @model_validator(mode="after")
     def _tls_needs_cert(self) -> ServerConfig:
         if self.tls_cert_file is None and (self.tls_key_file or self.tls_client_ca_file):
-            raise ValueError("`tls_key_file` and `tls_client_ca_file` need `tls_cert_file`")
+            raise _Conflict(
+                "`tls_key_file` and `tls_client_ca_file` need `tls_cert_file`",
+                "tls_key_file",
+                "tls_client_ca_file",
+                "tls_cert_file",
+            )
         return self
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="SPECROUTE_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
     )
 
     server: ServerConfig = ServerConfig()
@@ -417,7 +453,11 @@ class Settings(BaseSettings):
         spec, base = set(pools.speculative.models), set(pools.baseline.models)
         if spec != base:
             # Both pools serve the same target; a model on one side only cannot fail over.
-            raise ValueError(f"both pools must serve the same models (speculative {spec}, baseline {base})")
+            raise _Conflict(
+                f"both pools must serve the same models (speculative {spec}, baseline {base})",
+                "speculative.models",
+                "baseline.models",
+            )
         return pools
 
     def served_models(self) -> list[str]:
@@ -441,28 +481,52 @@ class ConfigError(Exception):
     """Configuration that cannot start the gateway; the message names the bad field."""
 
 
-def _has(data: dict[str, Any], loc: tuple[str | int, ...]) -> bool:
+_MISSING = object()
+
+
+def _has(data: Any, loc: tuple[str | int, ...]) -> bool:
     node: Any = data
     for part in loc:
-        if not isinstance(node, dict) or part not in node:
+        if isinstance(node, list) and isinstance(part, int):
+            node = node[part] if -len(node) <= part < len(node) else _MISSING  # a JSON list's index
+        else:
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is _MISSING:
             return False
-        node = node[part]
     return True
 
 
+def _env_var(loc: tuple[str | int, ...]) -> str:
+    return ENV_PREFIX + "__".join(str(p).upper() for p in loc)
+
+
 def _env_name(loc: tuple[str | int, ...]) -> str | None:
-    """The environment variable that set ``loc`` (or a parent of it), if one did."""
-    for n in range(len(loc), 0, -1):
-        name = "SPECROUTE_" + "__".join(str(p).upper() for p in loc[:n])
-        if any(k.upper() == name for k in os.environ):
-            return name
-    return None
+    """The environment variable that set ``loc``: its own, a parent's whose JSON holds it, or one below it.
+
+    One below it: a key the section does not have (``SPECROUTE_ROUTING__BOGUS``) is reported at that key,
+    and a section's own rule at the section, while the environment sets their fields one by one.
+    """
+    names = {k.upper(): v for k, v in os.environ.items() if k.upper().startswith(ENV_PREFIX)}
+    own = _env_var(loc)
+    if own in names:
+        return own
+    for n in range(len(loc) - 1, 0, -1):
+        parent = _env_var(loc[:n])
+        if parent in names:
+            try:
+                value = json.loads(names[parent])
+            except ValueError:
+                continue
+            if _has(value, loc[n:]):
+                return parent
+    below = sorted(name for name in names if name.startswith(own + "__"))
+    return below[0] if below else None
 
 
-def _where(
+def _source(
     loc: tuple[str | int, ...], file: str | None, file_data: dict[str, Any], flags: dict[str, Any]
-) -> str:
-    """Which source gave the bad value, in precedence order."""
+) -> str | None:
+    """The source whose value of ``loc`` the settings hold (the highest that set it), or None if none did."""
     if _has(flags, loc):
         return "command line"
     env = _env_name(loc)
@@ -470,7 +534,27 @@ def _where(
         return f"environment variable {env}"
     if file is not None and _has(file_data, loc):
         return file
-    return file or "defaults"
+    return None
+
+
+def _where(
+    loc: tuple[str | int, ...],
+    fields: tuple[str, ...],
+    file: str | None,
+    file_data: dict[str, Any],
+    flags: dict[str, Any],
+) -> str:
+    """Which sources gave the bad value: for a rule across ``fields``, those that set any of them."""
+    found: list[str] = []
+    for field in fields:
+        source = _source(loc + tuple(field.split(".")), file, file_data, flags)
+        if source is not None and source not in found:
+            found.append(source)
+    if not found:
+        found.append(_source(loc, file, file_data, flags) or file or "defaults")
+    # the overriding source first: the command line, then the environment, then the file
+    rank = {"command line": 0}
+    return " and ".join(sorted(found, key=lambda s: rank.get(s, 1 if s.startswith("environment") else 2)))
 
 
 def _format_validation_error(
@@ -481,7 +565,9 @@ def _format_validation_error(
     for e in err.errors():
         loc = tuple(e["loc"])
         key = ".".join(str(p) for p in loc) or "<root>"
-        problems.append(f"{key}: {e['msg']} (from {_where(loc, file, file_data, flags)})")
+        cause = e.get("ctx", {}).get("error")
+        fields = cause.fields if isinstance(cause, _Conflict) else ()
+        problems.append(f"{key}: {e['msg']} (from {_where(loc, fields, file, file_data, flags)})")
     return "invalid configuration: " + "; ".join(problems)
 
 
@@ -546,6 +632,108 @@ def _yaml_problem(path: str | Path, err: yaml.YAMLError) -> str:
     return f"configuration {where} is not valid YAML: {problem}"
 
 
+#: ``SPECROUTE_`` variables that are no setting but the project's own, accepted beside the settings.
+NON_SETTING_ENV = frozenset(
+    {
+        "SPECROUTE_RUN_TOKEN",  # gateway.types.RUN_TOKEN_ENV: proves a started server is the one started
+        "SPECROUTE_PARENT_PID",  # gateway.stack: a started server stops with the process that started it
+        "SPECROUTE_CONFIG_FILE",  # gateway.server.CONFIG_ENV: the file each of several workers loads
+        "SPECROUTE_GIT_REVISION",  # gateway.observability.REVISION_ENV: the image's revision (Dockerfile)
+        "SPECROUTE_SRC",  # the peer benchmark (shared/tools/peer_bench): the checkout it runs
+        "SPECROUTE_WORKERS",  # the peer benchmark's run script: its gateway's server.workers
+        # the real-vLLM test run (tests/integration/real_vllm), whose gateways inherit its environment
+        "SPECROUTE_VLLM_HOME",
+        "SPECROUTE_VLLM_PYTHON",
+        "SPECROUTE_MAIN_PYTHON",
+        "SPECROUTE_TORCH_INDEX_URL",
+        "SPECROUTE_VLLM_VENV",
+        "SPECROUTE_VLLM_MODELS",
+        "SPECROUTE_VLLM_CACHE_ROOT",
+        "SPECROUTE_VLLM_LOG_DIR",
+        "SPECROUTE_VLLM_START_TIMEOUT",
+    }
+)
+
+
+def _env_names(model: Any, prefix: str) -> list[str]:
+    """Every variable that sets a key or a whole section of ``model``, for a "did you mean"."""
+    names = []
+    for name, info in model.model_fields.items():
+        var = f"{prefix}{name.upper()}"
+        names.append(var)
+        for arg in (info.annotation, *get_args(info.annotation)):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                names.extend(_env_names(arg, var + "__"))
+    return names
+
+
+def _key_variables(data: Any) -> set[str]:
+    """The variables a configuration names as ``api_key_env``: an upstream's key, no setting."""
+    if isinstance(data, list):
+        return set().union(*(_key_variables(v) for v in data))
+    if not isinstance(data, dict):
+        return set()
+    found = {data["api_key_env"].upper()} if isinstance(data.get("api_key_env"), str) else set()
+    return found.union(*(_key_variables(v) for v in data.values()))
+
+
+def _is_service_link(name: str, names: set[str]) -> bool:
+    """One of the variables Kubernetes sets in every Pod for each Service of the namespace.
+
+    A Service named ``specroute`` (deploy/k8s/base/service.yaml) gives ``SPECROUTE_SERVICE_HOST``,
+    ``SPECROUTE_SERVICE_PORT[_<port name>]``, ``SPECROUTE_PORT`` and ``SPECROUTE_PORT_<port>_TCP[_...]``;
+    one named ``specroute-x``, the same with ``SPECROUTE_X_``. ``<name>_SERVICE_HOST`` is always among them.
+    """
+    for host in names:
+        if host.endswith("_SERVICE_HOST"):
+            service = host[: -len("_SERVICE_HOST")]
+            if name.startswith((service + "_SERVICE_", service + "_PORT_")) or name == service + "_PORT":
+                return True
+    return False
+
+
+def _unknown_env(file_data: dict[str, Any], flags: dict[str, Any]) -> str | None:
+    """A line naming each ``SPECROUTE_`` variable that sets no setting, or None when there is none.
+
+    pydantic-settings reads only the variables of known sections and ignores the rest, so a misspelled
+    section (``SPECROUTE_ROUTNG__STRATEGY``) would leave its key at the default without a word.
+    """
+    env = {k.upper(): v for k, v in os.environ.items() if k.upper().startswith(ENV_PREFIX)}
+    sections = list(Settings.model_fields)
+    allowed = set(NON_SETTING_ENV) | _key_variables(file_data) | _key_variables(flags)
+    for name, value in env.items():
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        if path[0] not in sections:
+            continue
+        if path[-1] == "api_key_env":
+            allowed.add(value.upper())
+        else:
+            with contextlib.suppress(ValueError):  # not JSON: a scalar, or an error reported later
+                allowed |= _key_variables(json.loads(value))
+    unknown = [
+        name
+        for name in sorted(env)
+        if name[len(ENV_PREFIX) :].split("__")[0].lower() not in sections
+        and name not in allowed
+        and not _is_service_link(name, set(env))
+    ]
+    if not unknown:
+        return None
+    known = _env_names(Settings, ENV_PREFIX)
+    problems = []
+    for name in unknown:
+        suffixes = [k[len(ENV_PREFIX) :] for k in known]  # the shared prefix would make every name close
+        close = difflib.get_close_matches(name[len(ENV_PREFIX) :], suffixes, n=1, cutoff=0.8)
+        hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
+        problems.append(f"environment variable {name} sets no setting{hint}")
+    return (
+        "invalid configuration: "
+        + "; ".join(problems)
+        + f"; settings are {ENV_PREFIX}<SECTION>__<KEY>, the sections "
+        + ", ".join(sections)
+    )
+
+
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
     """Read the YAML file at ``path`` (if any), then the environment, then ``overrides`` (flags) on top."""
     data: dict[str, Any] = {}
@@ -562,6 +750,9 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
             raise ConfigError(f"configuration {path} must be a mapping at the top level")
         data = raw
     flags = overrides or {}
+    unknown = _unknown_env(data, flags)
+    if unknown is not None:
+        raise ConfigError(unknown)
     token = _FILE_DATA.set(data)
     try:
         return Settings(**flags)

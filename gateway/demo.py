@@ -82,6 +82,8 @@ def _pool_flags() -> list[str]:
 
 
 def run_demo(port: int = 8000, strategy: str = "adaptive", time_scale: float = 1.0) -> int:
+    """Run until Ctrl-C; port 0 is a free one. A process that cannot start ends it with one line."""
+    port = port or stack.free_port()
     try:
         stack.check_port_free(port)
     except stack.PortInUse as e:
@@ -98,6 +100,9 @@ def run_demo(port: int = 8000, strategy: str = "adaptive", time_scale: float = 1
     except stack.PortInUse as e:
         print(e, file=sys.stderr, flush=True)
         return 2
+    except stack.StartFailed as e:
+        print(e.line(), file=sys.stderr, flush=True)
+        return 1
 
 
 def _run(

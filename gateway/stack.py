@@ -38,6 +38,23 @@ class PortInUse(RuntimeError):
         self.port = port
 
 
+class StartFailed(RuntimeError):
+    """A started server exited, or never answered healthy; the message ends with its log."""
+
+    def __init__(self, name: str, log: str, log_path: Path | None, cause: str = ""):
+        super().__init__(f"{name} did not start:\n{log[-4000:]}")
+        self.name = name
+        self.log_path = log_path
+        lines = [line.strip() for line in log.splitlines() if line.strip()]
+        # a server that cannot start says why last (the gateway's and the emulator's one-line errors)
+        self.reason = lines[-1] if lines else cause or "no output"
+
+    def line(self) -> str:
+        """The failure in one line: the log's last line, and where the whole log is."""
+        where = f" (log: {self.log_path})" if self.log_path else ""
+        return f"{self.name} did not start: {self.reason}{where}"
+
+
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:
     """Raise :class:`PortInUse` when ``port`` cannot be bound (a server, of any kind, is there)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -128,9 +145,9 @@ def start(
     except PortInUse:
         proc.stop()
         raise
-    except Exception:
+    except Exception as e:
         proc.stop()
-        raise RuntimeError(f"{name} did not start:\n{proc.log()[-4000:]}") from None
+        raise StartFailed(name, proc.log(), log_path, str(e)) from None
     return proc
 
 

@@ -161,7 +161,7 @@ def compare_command(
         progress=progress,
     )
     result = _or_exit(lambda: compare.execute(opts, out))
-    compare.write(result, out)
+    _or_exit(lambda: compare.write(result, out))
     typer.echo(compare.markdown(result))
     typer.echo(f"wrote {out}/compare.md, {out}/compare.json", err=True)
 
@@ -208,7 +208,7 @@ def learning_command(
     logs = None
     if out is not None:
         logs = out / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
+        _or_exit(lambda: logs.mkdir(parents=True, exist_ok=True))
     if virtual:
         from gateway.bench import simulate
 
@@ -217,8 +217,10 @@ def learning_command(
         result = _or_exit(lambda: learning.execute(opts, logs))
     text = learning.markdown(result)
     if out is not None:
-        (out / "learning.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
-        (out / "learning.md").write_text(text)
+        _or_exit(
+            lambda: (out / "learning.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+        )
+        _or_exit(lambda: (out / "learning.md").write_text(text))
     typer.echo(text)
 
 
@@ -286,20 +288,34 @@ def overhead_command(
         seed=seed,
     )
     if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)
+        _or_exit(lambda: workdir.mkdir(parents=True, exist_ok=True))
     report = _or_exit(lambda: overhead.execute(opts, workdir))
     typer.echo(overhead.text(report))
     if json_path is not None:
-        json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+        _or_exit(lambda: json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2)))
 
 
 def _or_exit(run: Callable[[], T]) -> T:
-    """Run a command's work; bad options exit 2, a stack process that did not start exits 1."""
+    """Run a command's work; each failure is one line.
+
+    Bad options (an output folder that cannot be written, too) exit 2, a stack process that did not
+    start exits 1.
+    """
+    from gateway.stack import StartFailed
+
     try:
         return run()
     except ValueError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from None
+    except StartFailed as e:
+        typer.echo(e.line(), err=True)
+        raise typer.Exit(1) from None
     except (RuntimeError, TimeoutError) as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
+    except OSError as e:
+        if e.filename is None:
+            raise
+        typer.echo(f"{e.filename}: {e.strerror}", err=True)  # an --out or --workdir that cannot be used
+        raise typer.Exit(2) from None

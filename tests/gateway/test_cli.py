@@ -7,11 +7,13 @@ point is what reaches the terminal: no usage block, no rich panel, no traceback.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -136,3 +138,89 @@ def test_an_unreachable_bench_target_is_one_line() -> None:
 def test_a_bench_url_without_scheme_says_so() -> None:
     line = one_line(specroute("bench", "run", "--url", "127.0.0.1:9", "--requests", "1"))
     assert "needs a scheme" in line
+
+
+def test_a_rule_across_keys_names_the_variable_not_the_command_line(config: Path) -> None:
+    proc = specroute("serve", "--config", str(config), env={"SPECROUTE_SERVER__TLS_KEY_FILE": "key.pem"})
+    line = one_line(proc)
+    assert proc.returncode == 2
+    assert line.endswith("need `tls_cert_file` (from environment variable SPECROUTE_SERVER__TLS_KEY_FILE)")
+
+
+def test_a_misspelled_section_in_the_environment_is_refused(config: Path) -> None:
+    proc = specroute("serve", "--config", str(config), env={"SPECROUTE_ROUTNG__STRATEGY": "always-baseline"})
+    line = one_line(proc)
+    assert proc.returncode == 2
+    assert "SPECROUTE_ROUTNG__STRATEGY sets no setting (did you mean SPECROUTE_ROUTING__STRATEGY?)" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--strategy", "bogus"],
+            "specroute demo: Invalid value for --strategy: 'bogus' is not one of adaptive",
+        ),
+        (["--time-scale", "-1"], "specroute demo: Invalid value for '--time-scale'"),
+        (["--port", "-1"], "specroute demo: Invalid value for '--port'"),
+    ],
+)
+def test_a_bad_demo_option_is_one_line_before_anything_starts(args: list[str], expected: str) -> None:
+    proc = specroute("demo", *args)
+    line = one_line(proc)
+    assert proc.returncode == 2
+    assert line.startswith(expected)
+
+
+def test_a_demo_process_that_does_not_start_is_one_line_naming_its_log() -> None:
+    # the gateway inherits the environment, and refuses it; the emulators started first
+    proc = specroute(
+        "demo", "--port", "0", "--time-scale", "0", env={"SPECROUTE_ROUTING__STRATEGY": "fastest"}
+    )
+    line = one_line(proc)
+    assert proc.returncode == 1
+    assert line.startswith("gateway did not start: invalid configuration: routing.strategy: ")
+    log = Path(line.rsplit("(log: ", 1)[1].rstrip(")"))
+    assert log.name == "gateway.log" and "routing.strategy" in log.read_text()
+
+
+def test_the_demo_on_port_0_serves_on_a_free_port() -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SPECROUTE_")}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "demo", "--port", "0", "--time-scale", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**clean, "SPECROUTE_PARENT_PID": str(os.getpid())},
+        start_new_session=True,
+    )
+    try:
+        assert demo.stdout is not None
+        lines = iter(demo.stdout.readline, "")
+        banner = next((line for line in lines if "SpecRoute demo is up" in line), "")
+        assert banner, "the demo ended without its banner"
+        url = banner.split("gateway ", 1)[1].split()[0]
+        assert not url.endswith(":0")
+        assert httpx.get(url + "/health", timeout=5).status_code == 200
+    finally:
+        demo.send_signal(signal.SIGINT)
+        demo.communicate(timeout=30)
+    assert demo.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["config", "docs", "--out", "{blocked}/x.md"],
+        ["tokenizer", "{blocked}/tok"],
+        ["bench", "overhead", "--workdir", "{blocked}/work"],
+        ["bench", "learning", "--virtual", "--out", "{blocked}/out"],
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_one_line(tmp_path: Path, args: list[str]) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # a file where a folder is wanted
+    proc = specroute(*(a.format(blocked=blocked) for a in args))
+    line = one_line(proc)
+    assert proc.returncode == 2
+    assert str(blocked) in line and "Not a directory" in line

@@ -160,3 +160,81 @@ def test_serve_flag_beats_environment(tmp_path):
     assert proc.returncode == 2
     assert "server.port" in proc.stderr and "command line" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_rule_across_keys_names_the_sources_of_those_keys(tmp_path, monkeypatch):
+    """A section's own rule is blamed on whoever set the keys it compares, not on the whole section."""
+    path = _write(tmp_path, BASE)
+    monkeypatch.setenv("SPECROUTE_SERVER__TLS_KEY_FILE", "key.pem")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, {"server": {"port": 9000}})  # a flag in the same section, for another key
+    assert "need `tls_cert_file` (from environment variable SPECROUTE_SERVER__TLS_KEY_FILE)" in str(err.value)
+    monkeypatch.delenv("SPECROUTE_SERVER__TLS_KEY_FILE")
+
+    in_file = _write(tmp_path, {**BASE, "server": {"tls_key_file": "key.pem"}})
+    with pytest.raises(ConfigError) as err:
+        load_settings(in_file, {"server": {"port": 9000}})
+    assert f"need `tls_cert_file` (from {in_file})" in str(err.value)
+
+    monkeypatch.setenv("SPECROUTE_POOLS__BASELINE__MODELS", '["other"]')
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    # the file gave the speculative pool's models, the environment the baseline's
+    assert f"(from environment variable SPECROUTE_POOLS__BASELINE__MODELS and {path})" in str(err.value)
+
+
+# what the project's own tools, its Dockerfile and Kubernetes (for the Service named specroute) set
+ACCEPTED_ENV = {
+    "SPECROUTE_RUN_TOKEN": "t",
+    "SPECROUTE_PARENT_PID": "1",
+    "SPECROUTE_CONFIG_FILE": "/etc/specroute/config.yaml",
+    "SPECROUTE_GIT_REVISION": "abc1234",
+    "SPECROUTE_WORKERS": "2",
+    "SPECROUTE_SRC": "/src",
+    "SPECROUTE_VLLM_HOME": "/cache",
+    "SPECROUTE_SERVICE_HOST": "10.0.0.11",
+    "SPECROUTE_SERVICE_PORT": "8000",
+    "SPECROUTE_SERVICE_PORT_HTTP": "8000",
+    "SPECROUTE_PORT": "tcp://10.0.0.11:8000",
+    "SPECROUTE_PORT_8000_TCP": "tcp://10.0.0.11:8000",
+    "SPECROUTE_PORT_8000_TCP_ADDR": "10.0.0.11",
+    "SPECROUTE_UPSTREAM_KEY": "secret",  # named by the file's api_key_env
+    "SPECROUTE_BASELINE_KEY": "secret",  # named by an api_key_env set from the environment
+    "SPECROUTE_POOLS__BASELINE__API_KEY_ENV": "SPECROUTE_BASELINE_KEY",
+}
+
+
+@pytest.mark.parametrize(
+    ("variable", "hint"),
+    [
+        ("SPECROUTE_ROUTNG__STRATEGY", " (did you mean SPECROUTE_ROUTING__STRATEGY?)"),
+        ("SPECROUTE_SERVER_PORT", " (did you mean SPECROUTE_SERVER__PORT?)"),
+        ("SPECROUTE_BOGUS", ""),
+    ],
+)
+def test_a_variable_that_sets_no_setting_is_refused(tmp_path, monkeypatch, variable, hint):
+    data = {**BASE, "pools": {**BASE["pools"], "speculative": {**BASE["pools"]["speculative"]}}}
+    data["pools"]["speculative"]["api_key_env"] = "SPECROUTE_UPSTREAM_KEY"
+    path = _write(tmp_path, data)
+    for name, value in ACCEPTED_ENV.items():
+        monkeypatch.setenv(name, value)
+    assert load_settings(path).pools.baseline.api_key_env == "SPECROUTE_BASELINE_KEY"
+    monkeypatch.setenv(variable, "always-baseline")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    message = str(err.value)
+    assert message.startswith(
+        f"invalid configuration: environment variable {variable} sets no setting{hint};"
+    )
+    assert "server, pools, timeouts" in message and "routing" in message
+    assert not [name for name in ACCEPTED_ENV if name in message]
+
+
+def test_the_projects_own_variables_are_the_ones_accepted():
+    from gateway.config import NON_SETTING_ENV
+    from gateway.observability import REVISION_ENV
+    from gateway.server import CONFIG_ENV
+    from gateway.types import RUN_TOKEN_ENV
+
+    assert {RUN_TOKEN_ENV, CONFIG_ENV, REVISION_ENV, "SPECROUTE_PARENT_PID"} <= NON_SETTING_ENV
+    assert not [name for name in NON_SETTING_ENV if "__" in name], "a setting's variable is no exception"
