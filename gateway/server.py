@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import logging
 import os
 import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -17,6 +19,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp
+from uvicorn.supervisors import Multiprocess
 
 from gateway.config import ServerConfig, Settings, load_settings
 from gateway.connections import ConnectionLimits, GuardedHttpProtocol
@@ -24,6 +27,8 @@ from gateway.observability import MULTIPROC_ENV, configure_logging
 from gateway.tls import check_server, server_options, upstream_context
 
 CONFIG_ENV = "SPECROUTE_CONFIG_FILE"
+
+log = logging.getLogger("specroute.server")
 
 
 class StartupError(Exception):
@@ -154,13 +159,30 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
             raise ValueError("several workers need a configuration file")
         os.environ[CONFIG_ENV] = str(config_path)
         with shared_metrics_dir():
-            uvicorn.run("gateway.server:app_from_env", factory=True, workers=server.workers, **common)
+            # what uvicorn.run does for several workers, with the socket in hand to say where it is
+            config = uvicorn.Config(
+                "gateway.server:app_from_env", factory=True, workers=server.workers, **common
+            )
+            sock = config.bind_socket()
+            log.info("%s (%d workers)", listening(config.is_ssl, [sock]), server.workers)
+            with contextlib.suppress(KeyboardInterrupt):
+                Multiprocess(config, sockets=[sock]).run()
     else:
         app = create_app(settings)
         graceful = DrainingServer(uvicorn.Config(fast_path(app), **common), app)
         graceful.run()
         if not graceful.started:
             sys.exit(3)  # uvicorn's start-up failure code
+
+
+def listening(tls: bool, sockets: Iterable[socket.socket]) -> str:
+    """The start-up line: every address and port bound (the one the system chose for port 0)."""
+    scheme = "https" if tls else "http"
+    urls = []
+    for sock in sockets:
+        host, port = sock.getsockname()[:2]
+        urls.append(f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
+    return "listening on " + ", ".join(urls)
 
 
 class DrainingServer(uvicorn.Server):
@@ -174,6 +196,17 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: FastAPI):
         super().__init__(config)
         self.app = app
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up, then one line saying where the gateway listens.
+
+        uvicorn's own line is at its info level, which the gateway keeps quiet (its lines are warnings
+        and errors only); this one goes through the gateway's logging, so ``--port 0`` can be found.
+        """
+        await super().startup(sockets)
+        if self.started:
+            bound = [sock for server in self.servers for sock in server.sockets or ()]
+            log.info(listening(self.config.is_ssl, bound))
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         gateway = getattr(self.app.state, "gateway", None)
