@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import http.client
 import logging
 import os
 import shutil
 import socket
+import ssl
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -183,6 +185,48 @@ def listening(tls: bool, sockets: Iterable[socket.socket]) -> str:
         host, port = sock.getsockname()[:2]
         urls.append(f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
     return "listening on " + ", ".join(urls)
+
+
+def probe_health(
+    server: ServerConfig, timeout_s: float = 4.0, cert: Path | None = None, key: Path | None = None
+) -> str | None:
+    """Ask the gateway on this machine for ``/health`` where ``server`` says it listens: None when it
+    answers 200, else what went wrong, in one line.
+
+    What a container's health check runs: it reads the configuration the server reads, so it follows
+    ``server.port`` and, with ``server.tls_cert_file``, speaks https (the gateway then refuses plain
+    http). The certificate is not checked (it is the gateway's own, often self-signed, and the address
+    is the loopback); under mutual TLS the probe shows ``cert`` and ``key``, by default the gateway's own
+    certificate, which must then be one the client CAs accept.
+    """
+    if server.port == 0:
+        return "server.port is 0 (a port the system chooses): the health check cannot know it; set a port"
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(server.host, server.host)
+    conn: http.client.HTTPConnection
+    if server.tls_cert_file is None:
+        conn = http.client.HTTPConnection(host, server.port, timeout=timeout_s)
+        url = f"http://{host}:{server.port}/health"
+    else:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        if server.tls_client_ca_file is not None:
+            try:
+                ctx.load_cert_chain(
+                    cert or server.tls_cert_file, key if cert is not None else server.tls_key_file
+                )
+            except (OSError, ssl.SSLError) as e:
+                return f"cannot load the client certificate {cert or server.tls_cert_file}: {e}"
+        conn = http.client.HTTPSConnection(host, server.port, timeout=timeout_s, context=ctx)
+        url = f"https://{host}:{server.port}/health"
+    try:
+        conn.request("GET", "/health")
+        status = conn.getresponse().status
+    except (OSError, http.client.HTTPException) as e:
+        return f"GET {url}: {str(e) or type(e).__name__}"
+    finally:
+        conn.close()
+    return None if status == 200 else f"GET {url}: HTTP {status}"
 
 
 class DrainingServer(uvicorn.Server):
