@@ -43,6 +43,8 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     && mkdir -p /etc/specroute
 USER ${UID}:${UID}
 EXPOSE 8000
+# The health check reads the configuration the server reads (the same file, the same SPECROUTE_* variables), so it
+# follows server.port and speaks https when server.tls_cert_file is set.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
+    CMD ["specroute", "health", "--config", "/etc/specroute/config.yaml", "--timeout", "4"]
 ENTRYPOINT ["specroute", "serve", "--config", "/etc/specroute/config.yaml"]

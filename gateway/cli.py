@@ -1,4 +1,4 @@
-"""``specroute`` command line: serve, demo, emulate, train, classify, bench.
+"""``specroute`` command line: serve, health, demo, emulate, train, classify, bench.
 
 Each sub-command lives beside the code it drives; this module only assembles them, and heavy imports
 happen inside the commands so that ``specroute --help`` stays instant.
@@ -58,6 +58,32 @@ def serve_command(
     except StartupError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(EXIT_STARTUP) from None
+
+
+@app.command("health")
+def health_command(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML configuration file, as given to serve")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the answer")] = 4.0,
+    cert: Annotated[
+        Path | None, typer.Option(help="client certificate under mutual TLS (default: server.tls_cert_file)")
+    ] = None,
+    key: Annotated[Path | None, typer.Option(help="its key, when not in --cert's file")] = None,
+) -> None:
+    """Ask the gateway on this machine for /health where its configuration says it listens (exit 0: 200)."""
+    from gateway.config import ConfigError, load_settings
+    from gateway.server import probe_health
+
+    try:
+        settings = load_settings(config)
+    except ConfigError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    problem = probe_health(settings.server, timeout, cert, key)
+    if problem is not None:
+        typer.echo(problem, err=True)
+        raise typer.Exit(1)
 
 
 @app.command("demo")

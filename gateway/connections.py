@@ -11,7 +11,13 @@ runs) adds both rules:
   line and headers must arrive within ``server.header_timeout_s``; if not, the client gets a 408
   (when it had begun a request) and the connection is closed;
 - a request head longer than ``server.max_header_bytes`` gets a 431 and the connection is closed
-  (httptools sets no limit of its own: the head would grow for as long as the time-out allows);
+  (httptools sets no limit of its own: the head would grow for as long as the time-out allows),
+  however the head was split into reads and whichever request of the connection it is. A head
+  still incomplete after a read is cut as soon as the bytes it surely holds pass the limit; a
+  complete one is measured when it could be too long (its reads add up to more than the limit, which
+  nearly no request's do) as the request line and header lines written in the usual form
+  (``Name: value``, CRLF endings, the blank line), which is what the gateway holds of it, and is
+  answered in its turn on the connection;
 - bytes that are not an HTTP/1.1 request get an OpenAI-shaped 400 (uvicorn's is plain text) and the
   connection is closed;
 - a connection opened while ``server.max_connections`` are already open gets one OpenAI-shaped 503
@@ -74,20 +80,31 @@ def _closing_response(status: bytes, body: bytes) -> bytes:
 REFUSE_DRAIN_S = 1.0
 
 
-async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
-    """The one answer a connection beyond the cap gets."""
+async def _drain_and_answer(
+    receive: Receive, send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]]
+) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(REFUSE_DRAIN_S):
             while (await receive()).get("more_body", False):
                 pass
     headers = [
         (b"content-type", b"application/json"),
-        (b"content-length", str(len(_REFUSED)).encode()),
+        (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
-        (b"retry-after", b"1"),
+        *extra,
     ]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
-    await send({"type": "http.response.body", "body": _REFUSED})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+    """The one answer a connection beyond the cap gets."""
+    await _drain_and_answer(receive, send, 503, _REFUSED, [(b"retry-after", b"1")])
+
+
+async def head_too_large(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer to a complete request head over ``server.max_header_bytes``; the connection closes."""
+    await _drain_and_answer(receive, send, 431, _HEAD_TOO_LARGE, [])
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -103,7 +120,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
         self._in_head = False
+        self._in_message = False  # between a request's first byte and its body's end
+        self._begun = 0  # requests begun on this connection
+        # of a head still incomplete after a read: the bytes it surely holds, and at most
         self._head_bytes = 0
+        self._head_bound = 0
+        self._measure = False  # whether a head completed in the current read could be over the limit
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -121,16 +143,28 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        size = len(data)
+        limit = self.limits.max_header_bytes
+        begun, in_message = self._begun, self._in_message
+        # a head that completes in this read holds at most what it had before it and this read: only
+        # when that passes the limit is it measured (in on_headers_complete)
+        self._measure = self._head_bound + size > limit
         super().data_received(data)
         if self._in_head and not self.transport.is_closing():
             if self._head_timer is None:
                 # a head still incomplete after the read that began it: from now on it is timed (a
                 # head that arrives whole, nearly all of them, never arms a timer)
                 self._arm_head_timer()
-            # counted only while a head is still incomplete after this read, so the body bytes that
-            # arrive with a complete head never count
-            self._head_bytes += len(data)
-            if self._head_bytes > self.limits.max_header_bytes:
+            if self._begun == begun:  # the head went on through the whole read
+                self._head_bytes += size
+                self._head_bound += size
+            else:
+                # it began in this read: at its first byte when no request was under way before and
+                # it is the read's only one; else after another request's bytes, of unknown length
+                # (a pipelined request), which the lower count leaves out
+                self._head_bound = size
+                self._head_bytes = size if self._begun == begun + 1 and not in_message else 0
+            if self._head_bytes > limit:
                 self._cancel_head_timer()
                 self.transport.write(
                     _closing_response(b"431 Request Header Fields Too Large", _HEAD_TOO_LARGE)
@@ -144,23 +178,40 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head = True
-        self._head_bytes = 0
+        self._in_head = self._in_message = True
+        self._begun += 1
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._head_bound = 0
         self._cancel_head_timer()
-        super().on_headers_complete()
+        if self._measure and self._head_size() > self.limits.max_header_bytes:
+            # answered by its own cycle, so that a response still going out on this connection
+            # (a pipelined request's) is not cut by it
+            app, self.app = self.app, head_too_large
+            super().on_headers_complete()
+            self.app = app
+        else:
+            super().on_headers_complete()
         cycle = self.cycle
         cycle.transport = HeadWithBody(self.transport, self.loop)
         # the request's task has been created but not run yet: it finds the signal in its scope
         cycle.scope[CLIENT_SCOPE_KEY] = ClientState(CycleWriter(cycle))  # type: ignore[literal-required]
 
     def on_message_complete(self) -> None:
+        self._in_message = False
         super().on_message_complete()
         client = self.cycle.scope.get(CLIENT_SCOPE_KEY)
         if isinstance(client, ClientState):
             client.body_complete = True
+
+    def _head_size(self) -> int:
+        """The complete head's length as ``METHOD target HTTP/1.1``, ``Name: value`` lines, CRLFs and the
+        blank line: its bytes as sent, less any spaces before a header's value (httptools drops them)."""
+        size = len(self.parser.get_method()) + len(self.url) + 14  # 2 spaces, "HTTP/1.1", 2 CRLFs
+        for name, value in self.headers:
+            size += len(name) + len(value) + 4  # ": " and CRLF
+        return size
 
     def _arm_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)

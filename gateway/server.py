@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import http.client
+import logging
 import os
 import shutil
 import socket
+import ssl
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -17,6 +21,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp
+from uvicorn.supervisors import Multiprocess
 
 from gateway.config import ServerConfig, Settings, load_settings
 from gateway.connections import ConnectionLimits, GuardedHttpProtocol
@@ -24,6 +29,8 @@ from gateway.observability import MULTIPROC_ENV, configure_logging
 from gateway.tls import check_server, server_options, upstream_context
 
 CONFIG_ENV = "SPECROUTE_CONFIG_FILE"
+
+log = logging.getLogger("specroute.server")
 
 
 class StartupError(Exception):
@@ -154,13 +161,72 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
             raise ValueError("several workers need a configuration file")
         os.environ[CONFIG_ENV] = str(config_path)
         with shared_metrics_dir():
-            uvicorn.run("gateway.server:app_from_env", factory=True, workers=server.workers, **common)
+            # what uvicorn.run does for several workers, with the socket in hand to say where it is
+            config = uvicorn.Config(
+                "gateway.server:app_from_env", factory=True, workers=server.workers, **common
+            )
+            sock = config.bind_socket()
+            log.info("%s (%d workers)", listening(config.is_ssl, [sock]), server.workers)
+            with contextlib.suppress(KeyboardInterrupt):
+                Multiprocess(config, sockets=[sock]).run()
     else:
         app = create_app(settings)
         graceful = DrainingServer(uvicorn.Config(fast_path(app), **common), app)
         graceful.run()
         if not graceful.started:
             sys.exit(3)  # uvicorn's start-up failure code
+
+
+def listening(tls: bool, sockets: Iterable[socket.socket]) -> str:
+    """The start-up line: every address and port bound (the one the system chose for port 0)."""
+    scheme = "https" if tls else "http"
+    urls = []
+    for sock in sockets:
+        host, port = sock.getsockname()[:2]
+        urls.append(f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
+    return "listening on " + ", ".join(urls)
+
+
+def probe_health(
+    server: ServerConfig, timeout_s: float = 4.0, cert: Path | None = None, key: Path | None = None
+) -> str | None:
+    """Ask the gateway on this machine for ``/health`` where ``server`` says it listens: None when it
+    answers 200, else what went wrong, in one line.
+
+    What a container's health check runs: it reads the configuration the server reads, so it follows
+    ``server.port`` and, with ``server.tls_cert_file``, speaks https (the gateway then refuses plain
+    http). The certificate is not checked (it is the gateway's own, often self-signed, and the address
+    is the loopback); under mutual TLS the probe shows ``cert`` and ``key``, by default the gateway's own
+    certificate, which must then be one the client CAs accept.
+    """
+    if server.port == 0:
+        return "server.port is 0 (a port the system chooses): the health check cannot know it; set a port"
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(server.host, server.host)
+    conn: http.client.HTTPConnection
+    if server.tls_cert_file is None:
+        conn = http.client.HTTPConnection(host, server.port, timeout=timeout_s)
+        url = f"http://{host}:{server.port}/health"
+    else:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        if server.tls_client_ca_file is not None:
+            try:
+                ctx.load_cert_chain(
+                    cert or server.tls_cert_file, key if cert is not None else server.tls_key_file
+                )
+            except (OSError, ssl.SSLError) as e:
+                return f"cannot load the client certificate {cert or server.tls_cert_file}: {e}"
+        conn = http.client.HTTPSConnection(host, server.port, timeout=timeout_s, context=ctx)
+        url = f"https://{host}:{server.port}/health"
+    try:
+        conn.request("GET", "/health")
+        status = conn.getresponse().status
+    except (OSError, http.client.HTTPException) as e:
+        return f"GET {url}: {str(e) or type(e).__name__}"
+    finally:
+        conn.close()
+    return None if status == 200 else f"GET {url}: HTTP {status}"
 
 
 class DrainingServer(uvicorn.Server):
@@ -174,6 +240,17 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: FastAPI):
         super().__init__(config)
         self.app = app
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up, then one line saying where the gateway listens.
+
+        uvicorn's own line is at its info level, which the gateway keeps quiet (its lines are warnings
+        and errors only); this one goes through the gateway's logging, so ``--port 0`` can be found.
+        """
+        await super().startup(sockets)
+        if self.started:
+            bound = [sock for server in self.servers for sock in server.sockets or ()]
+            log.info(listening(self.config.is_ssl, bound))
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         gateway = getattr(self.app.state, "gateway", None)

@@ -135,6 +135,9 @@ async def _handle(request: Request, api: Api) -> Response:
                 PATHS[api], out.body, out.headers, decision.pool, first_byte_s=first_byte_s, tried=tried
             ),
         )
+    except asyncio.CancelledError:
+        _finish(ex, None, CUT_AT_SHUTDOWN)
+        raise
     except APIError as e:
         _finish(ex, None, e.status)
         return _failed(ex, e)
@@ -160,7 +163,7 @@ async def _handle(request: Request, api: Api) -> Response:
         return await _assembled(request, ex, sent, tried, resend)
 
     def done(s: Sent, failed: int | None) -> None:
-        _finish(ex, s, failed or status, meter, resumption=out.resume)
+        _finish(ex, s, _relayed_status(request, failed) or status, meter, resumption=out.resume)
 
     chunks = gw.upstreams.relay(sent, meter, done, out.resume)
     media_type = sent.response.headers.get("content-type", "application/json")
@@ -236,6 +239,9 @@ async def _passed_through(request: Request, ex: Exchange, sent: Sent) -> Respons
     """An upstream error answer to a streamed request, read whole and passed on as it is."""
     try:
         content = await _unless_disconnected(request, ex.gw.upstreams.read_all(sent))
+    except asyncio.CancelledError:
+        _finish(ex, sent, CUT_AT_SHUTDOWN)
+        raise
     except APIError as e:
         _finish(ex, sent, e.status)
         return _failed(ex, e)
@@ -275,6 +281,9 @@ async def _assembled(
                 break
             broke = UpstreamBroken("upstream stream ended without a complete response")
             sent = await _unless_disconnected(request, resend(broke))
+        except asyncio.CancelledError:
+            _finish(ex, sent, CUT_AT_SHUTDOWN)
+            raise
         except APIError as e:
             _finish(ex, sent, e.status)
             return _failed(ex, e)
@@ -482,6 +491,21 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
+
+
+#: the status of a request cut at the end of the shutdown grace period. A client that goes away makes
+#: its request an APIError 499 (:func:`_unless_disconnected`), so a cancellation that reaches a handler
+#: as such is uvicorn's, which the gateway answers with a 503 (:func:`gateway.app.fast_path`)
+CUT_AT_SHUTDOWN = 503
+
+
+def _relayed_status(request: Request, failed: int | None) -> int | None:
+    """A relay's error status; its 499 (cancelled) is the shutdown's cut while the client is still there."""
+    if failed == 499:
+        client = request.scope.get(CLIENT_SCOPE_KEY)
+        if isinstance(client, ClientState) and not client.lost:
+            return CUT_AT_SHUTDOWN
+    return failed
 
 
 def _finish(

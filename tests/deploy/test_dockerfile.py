@@ -92,7 +92,21 @@ def test_runtime_is_non_root_with_health_check() -> None:
     user = re.sub(r"\$\{(\w+)\}", lambda m: uid_arg[m.group(1)], users[-1].split(":")[0])
     assert user.isdigit() and int(user) > 0, "numeric UID so runAsNonRoot can verify it"
     (check,) = [r for w, r in runtime if w == "HEALTHCHECK"]
-    assert "/health" in check and '"python"' in check and "curl" not in check
+    assert "curl" not in check  # the slim image has none
+
+
+def test_health_check_reads_the_configuration_the_entrypoint_serves() -> None:
+    """Not a fixed http://127.0.0.1:8000: the check follows server.port and https (``specroute health``)."""
+    runtime = stages()[-1]
+    (check,) = [r for w, r in runtime if w == "HEALTHCHECK"]
+    command = json.loads(check.partition(" CMD ")[2])
+    (entrypoint,) = [json.loads(r) for w, r in runtime if w == "ENTRYPOINT"]
+    assert command[:2] == ["specroute", "health"]
+    config = command.index("--config")
+    assert command[config : config + 2] == entrypoint[entrypoint.index("--config") :][:2]
+    assert "8000" not in check and "http" not in check
+    timeout = re.search(r"--timeout=(\d+)s", check)
+    assert timeout and float(command[command.index("--timeout") + 1]) < int(timeout.group(1))
 
 
 def test_entrypoint_serves_the_mounted_config() -> None:

@@ -154,6 +154,64 @@ def test_slow_heads_idle_connections_and_slow_bodies_are_cut() -> None:
         assert _error(rest)["code"] == 408
 
 
+def _head_of(size: int, path: bytes = b"/health") -> bytes:
+    """A request head of exactly ``size`` bytes, up to and including its blank line."""
+    head = b"GET %s HTTP/1.1\r\nHost: gateway\r\nx-pad: \r\n\r\n" % path
+    return head.replace(b"x-pad: ", b"x-pad: " + b"a" * (size - len(head)))
+
+
+def _refused_as_too_large(sock: socket.socket) -> None:
+    received = _read_until_closed(sock)  # answered, then closed by the server
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431") and b"connection: close" in head.lower(), received[:200]
+    assert _error(body)["code"] == 431
+
+
+def test_a_head_over_the_limit_gets_a_431_however_it_arrives() -> None:
+    limit = 2048
+    with serving(max_header_bytes=limit, header_timeout_s=PATIENCE_S) as port:
+        # whole, in one write: at the limit it is served, one byte over it is not
+        with _connect(port) as sock:
+            sock.sendall(_head_of(limit))
+            assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+        with _connect(port) as sock:
+            sock.sendall(_head_of(limit + 1))
+            _refused_as_too_large(sock)
+
+        # in two writes, neither over the limit alone
+        with _connect(port) as sock:
+            head = _head_of(limit + 1000)
+            sock.sendall(head[:1500])
+            time.sleep(0.05)  # most likely two reads; the answer is the same if they arrive as one
+            sock.sendall(head[1500:])
+            _refused_as_too_large(sock)
+
+        # the second request of a kept-alive connection, in a read of its own
+        with _connect(port) as sock:
+            sock.sendall(_head_of(limit))
+            assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+            sock.sendall(_head_of(limit + 1))
+            _refused_as_too_large(sock)
+
+        # pipelined behind a request in the same write: the first is answered, then the 431
+        with _connect(port) as sock:
+            sock.sendall(HEALTH + _head_of(limit + 1))
+            received = _read_until_closed(sock)
+            first, _, rest = received.partition(b"\r\n\r\n")
+            assert first.startswith(b"HTTP/1.1 200"), received[:200]
+            assert rest.startswith(b'{"status":"ok"}HTTP/1.1 431'), received[:300]
+
+
+def test_the_default_limit_holds_for_a_head_that_arrives_in_one_write() -> None:
+    with serving() as port:
+        with _connect(port) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
+            _refused_as_too_large(sock)
+        with _connect(port) as sock:
+            sock.sendall(_head_of(65536))
+            assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+
+
 def test_connections_beyond_the_cap_are_refused_while_open_ones_keep_working() -> None:
     with serving(max_connections=3, keep_alive_s=60, header_timeout_s=60) as port:
         held = [_connect(port) for _ in range(3)]

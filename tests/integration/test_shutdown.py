@@ -209,6 +209,16 @@ def test_requests_longer_than_the_grace_period_end_in_the_apis_format_without_de
         assert plain.response.headers["content-type"] == "application/json"
         assert plain.response.json()["error"]["type"] == "ServiceUnavailableError"
     assert "timeout graceful shutdown exceeded" in gateway.log()
+    # each is logged once, as the 503 the client got (not a 499, "client closed", nor left out)
+    lines = _access_log(gateway)
+    assert sorted(line["status"] for line in lines) == [503, 503], lines
+    assert all(line["decided_pool"] == "baseline" for line in lines), lines
+
+
+def _access_log(process: stack.Process) -> list[dict[str, object]]:
+    """The access-log lines of the completions a process served (its stdout's JSON lines)."""
+    lines = [orjson.loads(line) for line in process.log().splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("route") == "completions"]
 
 
 async def test_ready_turns_503_once_the_server_is_told_to_exit(emulator):

@@ -1,0 +1,92 @@
+"""``specroute serve`` says where it listens: the port the system chose for ``--port 0`` is in its log."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import yaml
+
+from gateway.server import listening
+from gateway.stack import demo_config
+
+NOWHERE = "http://127.0.0.1:9"  # no upstream is needed to start and answer /health
+PATIENCE_S = 30.0
+LINE = re.compile(r"listening on (http://127\.0\.0\.1:(\d+))")
+
+
+@contextmanager
+def serving_on_port_zero(tmp_path: Path, workers: int = 1) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    config = demo_config([NOWHERE], [NOWHERE], 0, extra={"server": {"workers": workers}})
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = tmp_path / "gateway.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", "0"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "SPECROUTE_PARENT_PID": str(os.getpid())},  # it exits if the test dies
+            start_new_session=True,
+        )
+    try:
+        yield proc, log
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(PATIENCE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _announced(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """The URL of the start-up line, once it is written."""
+    deadline = time.monotonic() + PATIENCE_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = LINE.search(log.read_text(errors="replace"))
+        if found:
+            return found.group(1)
+        time.sleep(0.05)
+    raise AssertionError(f"no start-up line:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def test_port_zero_is_announced_and_answers(tmp_path: Path) -> None:
+    with serving_on_port_zero(tmp_path) as (proc, log):
+        url = _announced(proc, log)
+        assert int(url.rsplit(":", 1)[1]) != 0
+        assert httpx.get(url + "/health", timeout=PATIENCE_S).status_code == 200
+
+
+def test_several_workers_announce_their_shared_port_once(tmp_path: Path) -> None:
+    with serving_on_port_zero(tmp_path, workers=2) as (proc, log):
+        url = _announced(proc, log)
+        deadline = time.monotonic() + PATIENCE_S
+        while True:  # the workers start after the line: poll until one answers
+            try:
+                assert httpx.get(url + "/health", timeout=PATIENCE_S).status_code == 200
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+                time.sleep(0.1)
+        assert len(LINE.findall(log.read_text(errors="replace"))) == 1
+
+
+def test_the_line_names_https_and_every_address() -> None:
+    with socket.socket() as v4, socket.socket(socket.AF_INET6) as v6:
+        v4.bind(("127.0.0.1", 0))
+        v6.bind(("::1", 0))
+        line = listening(True, [v4, v6])
+        assert (
+            line
+            == f"listening on https://127.0.0.1:{v4.getsockname()[1]}, https://[::1]:{v6.getsockname()[1]}"
+        )
