@@ -185,7 +185,9 @@ class Upstreams:
         # connect only: how long a response may take is the first-byte / gap / total budget's business
         self._timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
         self.wire = WirePool(connect_s=t.connect_s)
-        self._targets: dict[str, _Target | None] = {}
+        # per endpoint object: an address that discovery moves to the other pool is another endpoint,
+        # so its key is looked up again (the pools' keys may differ)
+        self._targets: dict[Endpoint, _Target | None] = {}
         self._missing_told: dict[str, float] = {}  # endpoint URL -> when the log last said it lacks a model
         self._inflight: dict[Endpoint, GaugeChild] = {}
         # one timer per time limit: the first byte's (timeouts.first_byte_s, or timeouts.total_s for
@@ -443,9 +445,9 @@ class Upstreams:
 
     def _target(self, endpoint: Endpoint) -> _Target | None:
         """The lean client's target for ``endpoint``; None sends its requests through aiohttp (TLS)."""
+        if endpoint in self._targets:
+            return self._targets[endpoint]
         base = endpoint.base_url
-        if base in self._targets:
-            return self._targets[base]
         url = urlsplit(base)
         target: _Target | None = None
         if url.scheme == "http" and url.hostname and not url.query and not url.fragment:
@@ -458,7 +460,7 @@ class Upstreams:
             )
         if len(self._targets) > 4096:  # discovered endpoints come and go
             self._targets.clear()
-        self._targets[base] = target
+        self._targets[endpoint] = target
         return target
 
     async def _post(

@@ -7,13 +7,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import aiohttp
 import httpx
 import orjson
 import pytest
 from yarl import URL
 
 from gateway.config import ConfigError, Settings, load_settings
+from gateway.observability import Metrics
 from gateway.upstream.credentials import UpstreamKeys
+from gateway.upstream.forward import Upstreams
 from gateway.upstream.pool import Endpoint, Pool
 from tests.upstream.scripted import read_request, stream_events
 from tests.upstream.wiring import serving_gateway
@@ -140,3 +143,38 @@ def test_one_url_with_two_different_keys_stops_start_up(
     keys = UpstreamKeys(load_settings(overrides={"pools": pools}), {})
     found = keys.key_for(URL("http://127.0.0.1:9/v/health"))
     assert found is not None and found.get_secret_value() == "env-secret"
+
+
+async def test_an_address_moved_to_the_other_pool_is_sent_with_that_pools_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forwarding client keeps each endpoint's ``Authorization``: an address discovery moves to the
+    other pool (a Pod's IP given to another Pod) is another endpoint, whose key is looked up anew."""
+    monkeypatch.setenv("UPKEY", "env-secret")
+    key_file = tmp_path / "key"
+    key_file.write_text("file-secret")
+    settings = load_settings(
+        overrides={
+            "pools": {
+                "speculative": {"api_key_env": "UPKEY", "discovery": {"hostname": "spec"}, "models": ["m"]},
+                "baseline": {
+                    "api_key_file": str(key_file),
+                    "discovery": {"hostname": "base"},
+                    "models": ["m"],
+                },
+            }
+        }
+    )
+    pools = {"speculative": Pool("speculative", ["m"]), "baseline": Pool("baseline", ["m"])}
+    keys = UpstreamKeys(settings, pools)
+    async with aiohttp.ClientSession() as session, httpx.AsyncClient() as client:
+        upstreams = Upstreams(settings, client, session, pools, Metrics(), keys)
+        before = Endpoint("baseline", "baseline-1", "http://10.0.0.5:8000")
+        pools["baseline"].endpoints = [before]
+        target = upstreams._target(before)
+        assert target is not None and target.authorization == "Bearer file-secret"
+        pools["baseline"].endpoints = []
+        after = Endpoint("speculative", "speculative-1", "http://10.0.0.5:8000")
+        pools["speculative"].endpoints = [after]
+        target = upstreams._target(after)
+        assert target is not None and target.authorization == "Bearer env-secret"
