@@ -12,6 +12,7 @@ request, and a ``POST`` only when no endpoint took it. Metrics label these by a 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -29,7 +30,7 @@ from gateway.api.edge import (
 )
 from gateway.api.errors import APIError, error_response
 from gateway.api.request import json_object, request_id, trace_id
-from gateway.api.routes import Relay, unless_disconnected
+from gateway.api.routes import CUT_AT_SHUTDOWN, Relay, relayed_status, unless_disconnected
 from gateway.types import Route
 from gateway.upstream.forward import Sent
 
@@ -86,6 +87,9 @@ async def _json_route(request: Request, path: str, route: Route) -> Response:
             path, body, headers, "baseline", first_byte_s=gw.settings.timeouts.total_s
         )
         sent, content = await unless_disconnected(request, fetched)
+    except asyncio.CancelledError:  # cut at the end of the shutdown grace period (a client gone is a 499)
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=CUT_AT_SHUTDOWN)
+        raise
     except APIError as e:
         observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status)
         return _error(e, rid)
@@ -135,6 +139,9 @@ async def passthrough(request: Request) -> Response:
             idempotent=method in _IDEMPOTENT,
         )
         sent = await unless_disconnected(request, sending)
+    except asyncio.CancelledError:  # as above
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=CUT_AT_SHUTDOWN)
+        raise
     except APIError as e:
         observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status)
         return _error(e, rid)
@@ -143,7 +150,8 @@ async def passthrough(request: Request) -> Response:
         return await _no_route(request, gw, sent, rid, trace, route, started)
 
     def done(s: Sent, failed: int | None) -> None:
-        observe(gw, rid=rid, trace=trace, route=route, started=started, status=failed or status, sent=s)
+        status_now = relayed_status(request, failed) or status
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=status_now, sent=s)
 
     media_type = sent.response.headers.get("content-type")
     return Relay(
@@ -162,6 +170,9 @@ async def _no_route(
     status = sent.response.status
     try:
         content = await unless_disconnected(request, gw.upstreams.read_all(sent))
+    except asyncio.CancelledError:  # as above
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=CUT_AT_SHUTDOWN, sent=sent)
+        raise
     except APIError as e:
         observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status, sent=sent)
         return _error(e, rid)

@@ -10,6 +10,7 @@ the final event); a stream that breaks ends with an ``error`` event, as the Resp
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ from gateway.api.errors import (
     responses_error_event,
 )
 from gateway.api.request import forced_pool, json_object, request_id, trace_id
-from gateway.api.routes import Relay, decision_headers, unless_disconnected
+from gateway.api.routes import CUT_AT_SHUTDOWN, Relay, decision_headers, relayed_status, unless_disconnected
 from gateway.routing.policy import Decision, RouteRequest
 from gateway.upstream.events import EventMeter
 from gateway.upstream.forward import Sent
@@ -138,6 +139,12 @@ async def responses(request: Request) -> Response:
                 content, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type
             )
         sent = await unless_disconnected(request, gw.upstreams.send(PATH, body, headers, decision.pool))
+    except asyncio.CancelledError:  # cut at the end of the shutdown grace period (a client gone is a 499)
+        observe(
+            gw, rid=rid, trace=trace, route="responses", started=started, status=CUT_AT_SHUTDOWN,
+            decision=decision, payload=view,
+        )  # fmt: skip
+        raise
     except APIError as e:
         observe(
             gw,
@@ -160,8 +167,9 @@ async def responses(request: Request) -> Response:
 
     def done(s: Sent, failed: int | None) -> None:
         observe(
-            gw, rid=rid, trace=trace, route="responses", started=started, status=failed or status, sent=s,
-            decision=chosen, payload=view, meter=meter,
+            gw, rid=rid, trace=trace, route="responses", started=started,
+            status=relayed_status(request, failed) or status, sent=s, decision=chosen, payload=view,
+            meter=meter,
         )  # fmt: skip
 
     chunks = gw.upstreams.relay(sent, meter, done)

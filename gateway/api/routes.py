@@ -508,6 +508,9 @@ def _relayed_status(request: Request, failed: int | None) -> int | None:
     return failed
 
 
+relayed_status = _relayed_status  # for the other routes, as above
+
+
 def _finish(
     ex: Exchange,
     sent: Sent | None,

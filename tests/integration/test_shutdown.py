@@ -55,27 +55,31 @@ def _config(emulator: stack.Process, grace_s: float) -> dict[str, object]:
     )
 
 
-class Stream(threading.Thread):
-    """A streamed completion read in the background, chunk by chunk."""
+STREAMED = {
+    "model": MODEL,
+    "prompt": "Write a long story about a lighthouse keeper.",
+    "max_tokens": TOKENS,
+    "ignore_eos": True,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
 
-    def __init__(self, url: str):
+
+class Stream(threading.Thread):
+    """A streamed completion (or another route's stream) read in the background, chunk by chunk."""
+
+    def __init__(self, url: str, path: str = "/v1/completions", payload: dict[str, object] = STREAMED):
         super().__init__(daemon=True)
         self.url = url
+        self.path = path
+        self.payload = payload
         self.body = b""
         self.error: Exception | None = None
         self.started = threading.Event()
 
     def run(self) -> None:
-        payload = {
-            "model": MODEL,
-            "prompt": "Write a long story about a lighthouse keeper.",
-            "max_tokens": TOKENS,
-            "ignore_eos": True,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
         try:
-            with httpx.stream("POST", self.url + "/v1/completions", json=payload, timeout=60) as r:
+            with httpx.stream("POST", self.url + self.path, json=self.payload, timeout=60) as r:
                 assert r.status_code == 200
                 for chunk in r.iter_raw():
                     self.body += chunk
@@ -157,19 +161,23 @@ def test_sigterm_lets_a_live_stream_finish_and_refuses_new_connections(emulator,
     assert "timeout graceful shutdown exceeded" not in gateway.log()
 
 
-class Plain(threading.Thread):
-    """A non-streamed completion waited for in the background."""
+PLAIN = {"model": MODEL, "prompt": "Tell a long story.", "max_tokens": TOKENS, "ignore_eos": True}
 
-    def __init__(self, url: str):
+
+class Plain(threading.Thread):
+    """A non-streamed completion (or another route's request) waited for in the background."""
+
+    def __init__(self, url: str, path: str = "/v1/completions", payload: dict[str, object] = PLAIN):
         super().__init__(daemon=True)
         self.url = url
+        self.path = path
+        self.payload = payload
         self.response: httpx.Response | None = None
         self.error: Exception | None = None
 
     def run(self) -> None:
-        payload = {"model": MODEL, "prompt": "Tell a long story.", "max_tokens": TOKENS, "ignore_eos": True}
         try:
-            self.response = httpx.post(self.url + "/v1/completions", json=payload, timeout=60)
+            self.response = httpx.post(self.url + self.path, json=self.payload, timeout=60)
         except Exception as e:
             self.error = e
 
@@ -215,10 +223,32 @@ def test_requests_longer_than_the_grace_period_end_in_the_apis_format_without_de
     assert all(line["decided_pool"] == "baseline" for line in lines), lines
 
 
-def _access_log(process: stack.Process) -> list[dict[str, object]]:
-    """The access-log lines of the completions a process served (its stdout's JSON lines)."""
+def test_a_responses_request_cut_at_the_end_of_the_grace_period_is_logged_as_its_503(emulator, workdir):
+    grace_s = 1.0
+    gateway = stack.start_gateway(_config(emulator, grace_s), workdir, "gateway-responses")
+    body = {"model": MODEL, "input": "Tell a long story.", "max_output_tokens": TOKENS}
+    with stack.running(gateway):
+        stream = Stream(gateway.url, "/v1/responses", {**body, "stream": True})
+        stream.start()
+        plain = Plain(gateway.url, "/v1/responses", body)
+        plain.start()
+        deadline = time.monotonic() + 30
+        while _running(emulator) < 2 and time.monotonic() < deadline:  # both in flight upstream
+            time.sleep(0.05)
+        assert _running(emulator) >= 2
+        gateway.popen.send_signal(signal.SIGTERM)
+        gateway.popen.wait(grace_s + EXIT_MARGIN_S)
+        stream.join(10)
+        plain.join(10)
+        assert plain.response is not None and plain.response.status_code == 503
+    lines = _access_log(gateway, "responses")
+    assert sorted(line["status"] for line in lines) == [503, 503], lines
+
+
+def _access_log(process: stack.Process, route: str = "completions") -> list[dict[str, object]]:
+    """The access-log lines of the requests of ``route`` a process served (its stdout's JSON lines)."""
     lines = [orjson.loads(line) for line in process.log().splitlines() if line.startswith("{")]
-    return [line for line in lines if line.get("route") == "completions"]
+    return [line for line in lines if line.get("route") == route]
 
 
 async def test_ready_turns_503_once_the_server_is_told_to_exit(emulator):
