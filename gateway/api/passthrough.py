@@ -52,6 +52,7 @@ _LABELS: dict[str, Route] = {
     "pooling": "pooling",
 }
 
+_DOT_SEGMENTS = frozenset((".", ".."))
 _IDEMPOTENT = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS"))
 _FORM_MODEL = re.compile(rb'name="model"\r\n(?:[^\r\n]+\r\n)*\r\n([^\r\n]*)\r\n')
 
@@ -113,6 +114,10 @@ async def passthrough(request: Request) -> Response:
         query = f"?{request.url.query}" if request.url.query else ""
         headers = {"location": path.rstrip("/") + query, "x-request-id": request_id(request)}
         return Response(status_code=307, headers=headers)
+    if "/." in path and _DOT_SEGMENTS.intersection(path.split("/")):
+        # "/v1/%2e%2e/sleep" reaches the upstream as written; a proxy in front of vLLM that normalises
+        # paths (nginx does) would serve "/sleep": never a route of the API, so never forwarded
+        raise APIError(400, f"the path {path!r} holds a '.' or '..' segment")
     allowed = OWN_PATHS.get(path)
     if allowed is not None:
         headers = {"allow": allowed, "x-request-id": request_id(request)}

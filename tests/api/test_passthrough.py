@@ -89,6 +89,17 @@ def test_passthrough_of_unknown_routes_and_methods(echoing: InProcess) -> None:
     assert echoing.request("GET", "/nothing/here", headers=AUTH).status_code == 404
 
 
+def test_a_path_with_dot_segments_is_refused_not_forwarded(echoing: InProcess) -> None:
+    """Encoded, they reach the upstream as written, where a normalising proxy would leave ``/v1``."""
+    for path in ("/v1/%2e%2e/sleep", "/v1/..%2Fsleep", "/v1/a/%2E/b", "/v1/%2e%2e"):
+        r = echoing.request("POST", path, json={"model": MODEL}, headers=AUTH)
+        assert r.status_code == 400, path
+        assert "segment" in r.json()["error"]["message"] and r.headers["x-request-id"]
+    # dots inside a segment are a name, not a step up: forwarded (the upstream has no such route)
+    named = echoing.request("POST", "/v1/score.v2/..x", json={"model": MODEL}, headers=AUTH)
+    assert named.status_code == 404 and named.json()["error"]["message"] == "no route POST /v1/score.v2/..x"
+
+
 # -- upstream down -----------------------------------------------------------------------------
 
 
