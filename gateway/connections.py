@@ -198,6 +198,14 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         # the request's task has been created but not run yet: it finds the signal in its scope
         cycle.scope[CLIENT_SCOPE_KEY] = ClientState(CycleWriter(cycle))  # type: ignore[literal-required]
 
+    def on_response_complete(self) -> None:
+        if self._in_message and not self.pipeline and not self.transport.is_closing():
+            # answered before its body arrived (a 401, /health, a refused request): the rest of the body
+            # is of no use, and every read of it would cancel the keep-alive timer, so a client sending a
+            # byte now and then would hold the connection (and a place under max_connections) forever
+            self.transport.close()
+        super().on_response_complete()
+
     def on_message_complete(self) -> None:
         self._in_message = False
         super().on_message_complete()

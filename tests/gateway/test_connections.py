@@ -252,6 +252,31 @@ def _read_head(sock: socket.socket) -> tuple[bytes, bytes, bytes]:
     return data.partition(b"\r\n\r\n")
 
 
+def test_a_connection_answered_before_its_body_arrived_is_closed_not_held_by_a_dripping_body() -> None:
+    """A body announced but not sent (a refused request, a route that reads none): after the answer the
+    connection closes, however the client goes on dripping bytes of it."""
+    with serving(keep_alive_s=60, body_timeout_s=60) as port:
+        for head in (
+            b"GET /health HTTP/1.1\r\nHost: gateway\r\ncontent-length: 100000000\r\n\r\n",
+            b"POST /v1/nope HTTP/1.1\r\nHost: gateway\r\ncontent-length: 100000000\r\n\r\n{",
+        ):
+            sock = _connect(port)
+            sock.sendall(head)
+            answer, _ = _response(sock)
+            assert answer.startswith((b"HTTP/1.1 200", b"HTTP/1.1 4"))
+            with contextlib.suppress(OSError):  # the server may have closed already
+                sock.sendall(b"x")
+            sock.settimeout(10)
+            assert _read_until_closed(sock) == b""  # closed by the server, long before its 60 s limits
+            sock.close()
+        # a request whose body came whole keeps its connection for the next one
+        sock = _connect(port)
+        for _ in range(2):
+            sock.sendall(HEALTH)
+            assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+        sock.close()
+
+
 def test_limits_default_to_safe_values() -> None:
     settings = load_settings(overrides=demo_config([NOWHERE], [NOWHERE], 8000))
     options = uvicorn_options(settings)
