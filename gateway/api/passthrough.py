@@ -54,7 +54,9 @@ _LABELS: dict[str, Route] = {
 
 _DOT_SEGMENTS = frozenset((".", ".."))
 _IDEMPOTENT = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS"))
-_FORM_MODEL = re.compile(rb'name="model"\r\n(?:[^\r\n]+\r\n)*\r\n([^\r\n]*)\r\n')
+# a part's header lines are a few (Content-Disposition, Content-Type): bounded, so that each occurrence of
+# the name reads a few lines ahead, not the rest of the body (quadratic on a body of such lines)
+_FORM_MODEL = re.compile(rb'name="model"\r\n(?:[^\r\n]+\r\n){0,8}\r\n([^\r\n]*)\r\n')
 
 
 def route_label(path: str) -> Route:

@@ -177,6 +177,7 @@ async def _receive(request: Request, limit: int) -> bytes:
 
 _GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip member
 _MAX_GZIP_MEMBERS = 16
+MAX_CODINGS = 4  # content codings applied one over another ("gzip, deflate"): no client needs more
 
 
 def decoded(body: bytes, coding: str, limit: int) -> bytes:
@@ -187,6 +188,14 @@ def decoded(body: bytes, coding: str, limit: int) -> bytes:
     can hold gigabytes of zeros); a coding the gateway does not know is a 415 naming the ones it does.
     """
     codings = [c.strip().lower() for c in coding.split(",")]
+    if len(codings) > MAX_CODINGS:
+        # each layer is a decoding of up to the whole limit on the event loop: a header of thousands of
+        # "gzip" would stall every other request for seconds
+        raise APIError(
+            400,
+            f"at most {MAX_CODINGS} content codings may be applied to a request body",
+            param="content-encoding",
+        )
     for name in reversed(codings):
         if name in ("identity", ""):
             continue

@@ -70,6 +70,10 @@ class Reading:
     kv_usage: float | None = None
 
 
+#: more speculative tokens per step than any deployment drafts (vLLM's own examples stop near 10)
+MAX_POSITIONS = 64
+
+
 def parse(text: str, at: float = 0.0) -> Reading:
     """Parse a vLLM metrics page (the ``_created`` samples beside counters are ignored)."""
     sums: dict[str, float] = {}
@@ -79,7 +83,9 @@ def parse(text: str, at: float = 0.0) -> Reading:
             name = s.name
             if name == _PER_POS:
                 p = s.labels.get("position")
-                if p is not None and p.isdigit():
+                # a position past any draft length is no vLLM's (a page claiming position 20,000,000
+                # would have the reading hold that many zeros)
+                if p is not None and p.isdigit() and int(p) < MAX_POSITIONS:
                     pos[int(p)] = pos.get(int(p), 0.0) + s.value
             elif name in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _RUNNING, _WAITING) or name in _KV:
                 sums[name] = sums.get(name, 0.0) + s.value

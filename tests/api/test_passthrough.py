@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.api.passthrough import _model
 from gateway.app import create_app, fast_path
 from gateway.config import load_settings
 from gateway.stack import demo_config, free_port
@@ -98,6 +99,20 @@ def test_a_path_with_dot_segments_is_refused_not_forwarded(echoing: InProcess) -
     # dots inside a segment are a name, not a step up: forwarded (the upstream has no such route)
     named = echoing.request("POST", "/v1/score.v2/..x", json={"model": MODEL}, headers=AUTH)
     assert named.status_code == 404 and named.json()["error"]["message"] == "no route POST /v1/score.v2/..x"
+
+
+def test_the_model_of_a_multipart_form_is_read_from_its_part() -> None:
+    def form(*headers: bytes) -> bytes:
+        part = b'Content-Disposition: form-data; name="model"\r\n' + b"".join(h + b"\r\n" for h in headers)
+        return b"--XX\r\n" + part + b"\r\n" + MODEL.encode() + b"\r\n--XX--\r\n"
+
+    kind = "multipart/form-data; boundary=XX"
+    assert _model(form(), kind) == MODEL
+    assert _model(form(*[b"X-Extra: 1"] * 8), kind) == MODEL
+    assert _model(form(*[b"X-Extra: 1"] * 9), kind) is None  # no part has that many header lines
+    # a body of nothing but the name, line after line, is read in one pass (each occurrence looked at
+    # a few lines ahead, not to the end of the body), and holds no model
+    assert _model(b'name="model"\r\n' * 4_000, kind) is None
 
 
 # -- upstream down -----------------------------------------------------------------------------

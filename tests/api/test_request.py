@@ -167,6 +167,16 @@ def test_a_body_that_cannot_be_decoded_says_why(coding: str, sent: bytes, status
     assert e.value.param == ("content-encoding" if status != 413 else None)
 
 
+def test_codings_one_over_another_are_held_to_a_few() -> None:
+    body = b'{"prompt": "x"}'
+    four = zlib.compress(_gzip(zlib.compress(_gzip(body))))
+    assert decoded(four, "gzip, deflate, gzip, deflate", 10_000) == body
+    with pytest.raises(APIError) as e:
+        decoded(body, ", ".join(["identity"] * 5), 10_000)  # refused before any is undone
+    assert e.value.status == 400 and e.value.param == "content-encoding"
+    assert "at most 4 content codings" in e.value.message
+
+
 def test_a_body_at_the_limit_once_decoded_is_read() -> None:
     assert decoded(_gzip(b"\0" * 10_000), "gzip", 10_000) == b"\0" * 10_000
 

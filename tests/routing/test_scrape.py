@@ -10,7 +10,7 @@ import pytest
 
 from gateway.observability import Metrics
 from gateway.upstream.pool import Endpoint, Pool
-from gateway.upstream.scrape import Reading, Scraper, interval, parse
+from gateway.upstream.scrape import MAX_POSITIONS, Reading, Scraper, interval, parse
 
 MODES = ["draftsame", "draftother", "ngram"]
 _LINE = re.compile(r"^(vllm:[a-z_]+)\{([^}]*)\} (\S+)$", re.MULTILINE)
@@ -101,6 +101,15 @@ def test_engines_are_summed(vllm_fixture):
     two = parse(text + "\n".join(ln.replace('engine="0"', 'engine="1"') for ln in lines) + "\n")
     assert two.drafts == 2 * one.drafts
     assert two.per_pos == tuple(2 * x for x in one.per_pos)
+
+
+def test_a_position_past_any_draft_length_is_left_out(vllm_fixture):
+    """A page claiming position 20,000,000 would make the reading 20 million positions long."""
+    text = vllm_fixture("ngram_metrics_under_load.txt").decode()
+    one = parse(text)
+    line = 'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="20000000"} 1.0\n'
+    assert one.per_pos and parse(text + line).per_pos == one.per_pos
+    assert len(parse(text + line.replace("20000000", str(MAX_POSITIONS - 1))).per_pos) == MAX_POSITIONS
 
 
 def _scraper(handler) -> tuple[Scraper, list[Endpoint]]:
