@@ -224,6 +224,12 @@ class Observer:
                 rec.ttft_s = meter.first_token_at - started
         elif content is not None and status < 300:
             rec.prompt_tokens, rec.completion_tokens = _usage_tokens(content)
+        # counts are the upstream's word: a negative one is none (counters cannot go down, and a request
+        # whose bookkeeping failed would leave no log line and teach nothing)
+        if rec.completion_tokens is not None and rec.completion_tokens < 0:
+            rec.completion_tokens = None
+        if rec.prompt_tokens is not None and rec.prompt_tokens < 0:
+            rec.prompt_tokens = None
         if not rec.served:
             return rec
         if rec.ttft_s is not None and rec.completion_tokens and rec.completion_tokens > 1:

@@ -226,6 +226,24 @@ def test_tokens_are_counted_from_a_whole_body_and_not_for_errors() -> None:
         sent=_sent(), content=broken,
     )  # fmt: skip
     assert (rec.prompt_tokens, rec.completion_tokens) == (None, None)
+    # negative counts (a broken or hostile upstream) are none: the request is still counted and taught
+    negative = orjson.dumps({"usage": {"prompt_tokens": -3, "completion_tokens": -1}})
+    rec = observer.record(
+        request_id="r7", api="completions", started=perf_counter(), status=200, decision=DECISION,
+        sent=_sent(), content=negative,
+    )  # fmt: skip
+    assert (rec.prompt_tokens, rec.completion_tokens) == (None, None)
+    observer.observe(rec)
+    counted = {"route": "completions", "pool": "speculative", "class": "structured", "status": "200"}
+    assert _sample(metrics, "specroute_requests_total", **counted) == 2
+    meter = _meter(perf_counter())
+    meter.completion_tokens, meter.prompt_tokens = -7, -2
+    rec = observer.record(
+        request_id="r8", api="chat", started=perf_counter(), status=200, decision=DECISION, sent=_sent(),
+        meter=meter,
+    )  # fmt: skip
+    assert (rec.prompt_tokens, rec.completion_tokens) == (None, None)
+    observer.observe(rec)
 
 
 def _logprobs(n: int) -> list[dict[str, Any]]:
