@@ -157,6 +157,10 @@ class _Connection(asyncio.Protocol):
         )
         if not response.head.done():
             response.head.set_result(None)
+        if response.head_only:
+            # the parser, not told the request was HEAD, would wait for the body the head announces:
+            # the answer is whole now, and the connection is not used again (keep_alive stays False)
+            response.finish()
 
     def on_body(self, body: bytes) -> None:
         response = self.response
@@ -217,6 +221,7 @@ class WireResponse:
         "decoder",
         "done",
         "head",
+        "head_only",
         "headers",
         "keep_alive",
         "status",
@@ -230,6 +235,7 @@ class WireResponse:
         self.status = 0
         self.headers = Headers()
         self.until_close = False
+        self.head_only = False  # the answer to HEAD: no body, whatever its head announces
         self.keep_alive = False
         self.done = False
         self.buffered = 0
@@ -366,6 +372,7 @@ class WirePool:
         if conn is None:
             conn = await self._connect(host, port)
         response = WireResponse(conn, conn.loop.create_future())
+        response.head_only = method == "HEAD"
         conn.response = response
         try:
             assert conn.transport is not None

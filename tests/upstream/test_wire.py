@@ -161,6 +161,23 @@ async def test_a_body_that_ends_with_the_connection_is_complete_and_the_connecti
     assert not await _reused(pool, server)
 
 
+async def test_the_answer_to_head_is_whole_at_its_head_whatever_length_it_announces(serve):
+    async def head(reader, writer):
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # no body follows, and the connection stays open
+
+    server = await serve(head)
+    pool = WirePool(connect_s=1.0)
+    r = await pool.request("HEAD", "127.0.0.1", server.port, "/v1/models", {}, b"")
+    assert r.status == 200 and r.headers.get("content-length") == "100"
+    assert await asyncio.wait_for(r.read(), 5) == b""
+    r.release()
+    assert not await _reused(pool, server)  # its parser still waits for 100 bytes: not used again
+    pool.close()
+
+
 async def test_connection_close_from_the_server_is_honoured(serve):
     async def close_after(reader, writer):
         await server.read_request(reader)
