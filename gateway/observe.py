@@ -9,6 +9,7 @@ disagree about a request.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
 from gateway.upstream.resume import Resumption
 from gateway.upstream.stream import StreamMeter
+
+log = logging.getLogger("specroute.observe")
 
 
 def _r(x: float, scale: float) -> float:
@@ -163,6 +166,7 @@ class Observer:
         self.speculative_k = speculative_k
         self.access_log = access_log
         self.log_prompts = log_prompts
+        self._k_unknown: set[str] = set()  # endpoints told to have no known k (said once each)
 
     def close(self) -> None:
         """Write out the access-log lines still queued (at shutdown, once requests have finished)."""
@@ -287,6 +291,22 @@ class Observer:
         """The request's acceptance: the server's own summary when it sent one, else tokens per chunk."""
         k = self.speculative_k(endpoint)
         measured = from_server(meter.spec_metrics, k) if meter.spec_metrics else None
+        if (
+            measured is None
+            and k is None
+            and len(meter.token_steps) > 1
+            and endpoint.name not in self._k_unknown
+        ):
+            # tokens per chunk say nothing without k: routing would rest on the prior for good and never
+            # notice a draft gone bad, so the operator is told what to set
+            self._k_unknown.add(endpoint.name)
+            log.warning(
+                "acceptance of %s/%s cannot be measured: its /metrics has no per-position acceptance "
+                "counters and pools.speculative.num_speculative_tokens is not set; set it to the "
+                "server's num_speculative_tokens",
+                endpoint.pool,
+                endpoint.name,
+            )
         return measured or from_token_steps(meter.token_steps, k)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -391,3 +392,21 @@ def test_every_field_of_a_log_line_rounded_as_documented() -> None:
     )
     assert all(refused[key] is None for key in ("decided_pool", "kind", "reason", "p_structured", "ttft_ms"))
     assert refused["e2e_ms"] == 0.0 and refused["resumed_on"] is None
+
+
+def test_a_speculative_endpoint_without_a_known_k_is_named_once_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No per-position counters and no configured k: streams cannot be read, and the operator is told."""
+    observer = Observer(metrics=Metrics(), policy=Learner(), speculative_k=lambda endpoint: None)
+    started = perf_counter()
+    with caplog.at_level(logging.WARNING, logger="specroute.observe"):
+        for endpoint in (SPEC, SPEC, SPEC_1):
+            rec = observer.record(
+                request_id="r9", api="chat", started=started, status=200, decision=DECISION,
+                sent=_sent(endpoint), meter=_meter(started),
+            )  # fmt: skip
+            assert rec.measured is None
+    told = [r.getMessage() for r in caplog.records if "cannot be measured" in r.getMessage()]
+    assert len(told) == 2 and "speculative/spec-0" in told[0] and "speculative/spec-1" in told[1]
+    assert "num_speculative_tokens" in told[0]
