@@ -12,8 +12,11 @@ Reading steps from a stream (tokens per chunk, from continuous usage):
 
 * the first chunk is the prefill token; if it carries more, the rest is a merged decode step;
 * the last chunk is censored — ``max_tokens``, a stop string or EOS cut the step short, so its
-  size says nothing about how many drafts were accepted — and is dropped unless it is a full
-  step of k + 1 tokens;
+  size is a lower bound on the drafts accepted. It counts as a step whose accepted drafts were all
+  seen and whose rejection was not: alpha is then the per-position estimate, accepted drafts over
+  accepted drafts plus rejections seen, which stays right however short the output. Dropping the
+  last chunk instead biased short outputs low (the step that reaches ``max_tokens`` is the long one
+  more often than not: 0.44 instead of 0.8 at ``max_tokens`` 6, 0.73 at 10);
 * a chunk of more than k + 1 tokens is several steps merged under back-pressure (or by
   ``--stream-interval``); it is split into the fewest steps that could have produced it. Merges
   that stay within k + 1 tokens cannot be seen and make acceptance look higher; the server's
@@ -61,6 +64,8 @@ class Measured:
     steps: float
     k: int
     source: Literal["server", "stream", "counters"]
+    # rejections seen, where they were counted (a stream's chunks): alpha is then per position
+    rejected: float | None = None
 
     @property
     def draft_tokens(self) -> float:
@@ -76,11 +81,15 @@ class Measured:
 
     @property
     def alpha(self) -> float:
+        if self.rejected is not None:
+            return self.accepted / (self.accepted + self.rejected)
         return alpha_from_length(self.mean_length, self.k)
 
     @property
     def trials(self) -> float:
         """Bernoulli draws behind the measurement: accepted ones plus (about) one rejection per short step."""
+        if self.rejected is not None:
+            return self.accepted + self.rejected
         a = self.alpha
         return self.accepted + self.steps * (1.0 - a**self.k)
 
@@ -107,13 +116,14 @@ def from_token_steps(tokens: Sequence[int], k: int | None) -> Measured | None:
     chunks = list(tokens[1:])
     if tokens[0] > 1:
         chunks.insert(0, tokens[0] - 1)
-    if chunks and chunks[-1] != full:
-        chunks.pop()
-    steps = accepted = 0
-    for t in chunks:
+    steps = accepted = rejected = 0
+    last = len(chunks) - 1
+    for i, t in enumerate(chunks):
         n = -(-t // full)  # ceil: a merged chunk is at least this many steps
         steps += n
         accepted += t - n
-    if steps == 0:
+        if t % full and i != last:  # the fewest steps: all full but the one that met its rejection
+            rejected += 1
+    if accepted + rejected == 0:
         return None
-    return Measured(accepted, steps, k, "stream")
+    return Measured(accepted, steps, k, "stream", rejected)

@@ -44,21 +44,49 @@ def test_stream_steps_recover_alpha():
 def test_prefill_chunk_is_not_a_step_and_last_short_chunk_is_censored():
     m = from_token_steps([1, 8, 3, 8, 2], 7)
     assert m is not None
-    assert (m.steps, m.accepted) == (3, 7 + 2 + 7)  # the final 2 tokens were cut short: dropped
+    # the final 2 tokens were cut short: its accepted draft counts, its rejection was never seen
+    assert (m.steps, m.accepted, m.rejected) == (4, 7 + 2 + 7 + 1, 1)
+    assert m.alpha == pytest.approx(17 / 18) and m.trials == 18
     full_last = from_token_steps([1, 3, 8], 7)
-    assert full_last is not None and (full_last.steps, full_last.accepted) == (2, 2 + 7)
+    assert full_last is not None and (full_last.steps, full_last.accepted, full_last.rejected) == (2, 9, 1)
 
 
 def test_merged_prefill_and_oversized_chunks_are_split():
     m = from_token_steps([3, 20, 8], 7)  # prefill + a 2-token step; 20 tokens = at least 3 steps
     assert m is not None
-    assert (m.steps, m.accepted) == (1 + 3 + 1, 1 + 17 + 7)
+    assert (m.steps, m.accepted, m.rejected) == (1 + 3 + 1, 1 + 17 + 7, 2)
 
 
 def test_too_little_to_measure():
     assert from_token_steps([1], 7) is None
-    assert from_token_steps([1, 3], 7) is None  # only the censored last step
+    assert from_token_steps([1, 1], 7) is None  # a censored step that accepted nothing: nothing seen
     assert from_token_steps([1, 8, 8], None) is None
+    one = from_token_steps([1, 3], 7)  # only the censored last step: two positions accepted, no more
+    assert one is not None and (one.alpha, one.trials) == (1.0, 2)
+
+
+def _short(alpha: float, k: int, max_tokens: int, rng: random.Random) -> list[int]:
+    """The tokens per chunk of one stream cut at ``max_tokens`` (the prefill token first)."""
+    tokens, total = [1], 1
+    while total < max_tokens:
+        a = 0
+        while a < k and rng.random() < alpha:
+            a += 1
+        tokens.append(min(a + 1, max_tokens - total))
+        total += tokens[-1]
+    return tokens
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.5, 0.8])
+@pytest.mark.parametrize("max_tokens", [6, 10, 16, 64])
+def test_short_outputs_measure_alpha_without_bias(alpha: float, max_tokens: int) -> None:
+    """The step that reaches max_tokens is more often a long one: left out, short outputs read low
+    (0.44 for 0.8 at max_tokens 6); counted as censored, the measurements pooled as the model pools
+    them (by their trials) find alpha at every length."""
+    rng = random.Random(7)
+    found = [m for m in (from_token_steps(_short(alpha, 7, max_tokens, rng), 7) for _ in range(3000)) if m]
+    pooled = sum(m.alpha * m.trials for m in found) / sum(m.trials for m in found)
+    assert pooled == pytest.approx(alpha, abs=0.02)
 
 
 def test_server_summary_preferred_fields():
