@@ -194,17 +194,7 @@ def test_requests_longer_than_the_grace_period_end_in_the_apis_format_without_de
     with stack.running(gateway):
         stream = _start_stream(gateway)
         plain = Plain(gateway.url)
-        plain.start()
-        deadline = time.monotonic() + 30
-        while _running(emulator) < 2 and time.monotonic() < deadline:  # both in flight upstream
-            time.sleep(0.05)
-        assert _running(emulator) >= 2
-
-        gateway.popen.send_signal(signal.SIGTERM)
-        gateway.popen.wait(grace_s + EXIT_MARGIN_S)
-
-        stream.join(10)
-        plain.join(10)
+        _cut_both(gateway, emulator, grace_s, stream, plain)
         assert not stream.is_alive() and not plain.is_alive()
         # the stream was cut: an error event, then the end of the stream
         assert stream.error is None, stream.error
@@ -231,18 +221,25 @@ def test_a_responses_request_cut_at_the_end_of_the_grace_period_is_logged_as_its
         stream = Stream(gateway.url, "/v1/responses", {**body, "stream": True})
         stream.start()
         plain = Plain(gateway.url, "/v1/responses", body)
-        plain.start()
-        deadline = time.monotonic() + 30
-        while _running(emulator) < 2 and time.monotonic() < deadline:  # both in flight upstream
-            time.sleep(0.05)
-        assert _running(emulator) >= 2
-        gateway.popen.send_signal(signal.SIGTERM)
-        gateway.popen.wait(grace_s + EXIT_MARGIN_S)
-        stream.join(10)
-        plain.join(10)
+        _cut_both(gateway, emulator, grace_s, stream, plain)
         assert plain.response is not None and plain.response.status_code == 503
     lines = _access_log(gateway, "responses")
     assert sorted(line["status"] for line in lines) == [503, 503], lines
+
+
+def _cut_both(
+    gateway: stack.Process, emulator: stack.Process, grace_s: float, stream: Stream, plain: Plain
+) -> None:
+    """Start ``plain`` beside the running ``stream``, then SIGTERM once both are in flight upstream."""
+    plain.start()
+    deadline = time.monotonic() + 30
+    while _running(emulator) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running(emulator) >= 2
+    gateway.popen.send_signal(signal.SIGTERM)
+    gateway.popen.wait(grace_s + EXIT_MARGIN_S)
+    stream.join(10)
+    plain.join(10)
 
 
 def _access_log(process: stack.Process, route: str = "completions") -> list[dict[str, object]]:

@@ -57,6 +57,15 @@ async def proxy() -> AsyncIterator[tuple[int, list[tuple[str, str]]]]:
         await server.wait_closed()
 
 
+@pytest.fixture
+def key_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The speculative pool's key in the environment (UPKEY), the baseline's in this file."""
+    monkeypatch.setenv("UPKEY", "env-secret")
+    path = tmp_path / "key"
+    path.write_text("file-secret\n")
+    return path
+
+
 def _settings(port: int, key_file: Path) -> Settings:
     origin = f"http://127.0.0.1:{port}"
     speculative = {"api_key_env": "UPKEY", "endpoints": [{"name": "spec-0", "url": f"{origin}/spec"}]}
@@ -74,11 +83,8 @@ def _settings(port: int, key_file: Path) -> Settings:
 
 
 async def test_two_endpoints_at_one_origin_each_get_their_own_key_on_every_call(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    key_file: Path,
 ) -> None:
-    monkeypatch.setenv("UPKEY", "env-secret")
-    key_file = tmp_path / "key"
-    key_file.write_text("file-secret\n")
     wanted = {"/spec": "Bearer env-secret", "/base": "Bearer file-secret"}
     calls = {"/health", "/metrics", "/v1/models", "/v1/completions"}
     async with proxy() as (port, seen), serving_gateway(_settings(port, key_file)) as url:
@@ -100,11 +106,8 @@ async def test_two_endpoints_at_one_origin_each_get_their_own_key_on_every_call(
 
 
 def test_a_longer_base_url_wins_and_a_discovered_endpoint_gets_its_pools_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    key_file: Path,
 ) -> None:
-    monkeypatch.setenv("UPKEY", "env-secret")
-    key_file = tmp_path / "key"
-    key_file.write_text("file-secret")
     settings = _settings(9, key_file)
     pools = {"speculative": Pool("speculative", ["m"]), "baseline": Pool("baseline", ["m"])}
     keys = UpstreamKeys(settings, pools)
@@ -126,11 +129,8 @@ def test_a_longer_base_url_wins_and_a_discovered_endpoint_gets_its_pools_key(
 
 
 def test_one_url_with_two_different_keys_stops_start_up(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    key_file: Path,
 ) -> None:
-    monkeypatch.setenv("UPKEY", "env-secret")
-    key_file = tmp_path / "key"
-    key_file.write_text("file-secret")
     same = {"endpoints": [{"name": "e", "url": "http://127.0.0.1:9/v"}], "models": ["m"]}
     pools = {
         "speculative": {**same, "api_key_env": "UPKEY"},
@@ -146,13 +146,10 @@ def test_one_url_with_two_different_keys_stops_start_up(
 
 
 async def test_an_address_moved_to_the_other_pool_is_sent_with_that_pools_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    key_file: Path,
 ) -> None:
     """The forwarding client keeps each endpoint's ``Authorization``: an address discovery moves to the
     other pool (a Pod's IP given to another Pod) is another endpoint, whose key is looked up anew."""
-    monkeypatch.setenv("UPKEY", "env-secret")
-    key_file = tmp_path / "key"
-    key_file.write_text("file-secret")
     settings = load_settings(
         overrides={
             "pools": {
