@@ -42,6 +42,10 @@ def read_key(cfg: UpstreamKeyConfig, where: str) -> SecretStr | None:
     return None
 
 
+#: the most call paths whose discovered endpoint's key is remembered at once
+FOUND_MAX = 4096
+
+
 def _split(url: str | URL) -> tuple[str, str]:
     """``(origin, path)`` with the path's trailing ``/`` dropped, as base URLs are compared."""
     u = URL(url)
@@ -107,6 +111,8 @@ class UpstreamKeys:
             self._lists = lists
         if (origin, path) in self._found:
             return self._found[origin, path]
+        if len(self._found) >= FOUND_MAX:  # paths of passed-through calls are the clients' to choose
+            self._found.clear()
         for name, pool in self.pools.items():
             for e in pool.endpoints:
                 o, p = _split(e.base_url)

@@ -15,7 +15,7 @@ from yarl import URL
 
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.observability import Metrics
-from gateway.upstream.credentials import UpstreamKeys
+from gateway.upstream.credentials import FOUND_MAX, UpstreamKeys
 from gateway.upstream.forward import Upstreams
 from gateway.upstream.pool import Endpoint, Pool
 from tests.upstream.scripted import read_request, stream_events
@@ -175,3 +175,14 @@ async def test_an_address_moved_to_the_other_pool_is_sent_with_that_pools_key(
         pools["speculative"].endpoints = [after]
         target = upstreams._target(after)
         assert target is not None and target.authorization == "Bearer env-secret"
+
+
+def test_keys_remembered_for_call_paths_stay_bounded(key_file: Path) -> None:
+    """A passed-through call's path is the client's to choose: one remembered key per path, bounded."""
+    pools = {"speculative": Pool("speculative", ["m"]), "baseline": Pool("baseline", ["m"])}
+    pools["speculative"].endpoints = [Endpoint("speculative", "speculative-1", "http://10.0.0.5:8000")]
+    keys = UpstreamKeys(_settings(9, key_file), pools)
+    for i in range(2 * FOUND_MAX):
+        found = keys.key_for(URL(f"http://10.0.0.5:8000/v1/anything/{i}"))
+        assert found is not None and found.get_secret_value() == "env-secret"
+    assert len(keys._found) <= FOUND_MAX
