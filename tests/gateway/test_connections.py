@@ -267,7 +267,11 @@ def test_a_connection_answered_before_its_body_arrived_is_closed_not_held_by_a_d
             with contextlib.suppress(OSError):  # the server may have closed already
                 sock.sendall(b"x")
             sock.settimeout(10)
-            assert _read_until_closed(sock) == b""  # closed by the server, long before its 60 s limits
+            try:
+                rest = _read_until_closed(sock)
+            except ConnectionResetError:  # closed with the dripped byte unread: the kernel says reset
+                rest = b""
+            assert rest == b""  # closed by the server, long before its 60 s limits
             sock.close()
         # a request whose body came whole keeps its connection for the next one
         sock = _connect(port)
