@@ -277,6 +277,13 @@ class CorsConfig(_Strict):
 
 class LimitsConfig(_Strict):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="larger request bodies get a 413")
+    max_response_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1024,
+        description="the most of an upstream answer the gateway holds at once (a non-streamed body, one"
+        " event of a stream, a stream assembled into one body): a larger one ends in a 502, not in"
+        " the gateway's memory running out",
+    )
 
 
 class RoutingConfig(_Strict):

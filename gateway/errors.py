@@ -36,6 +36,13 @@ class UpstreamBroken(UpstreamError):
     """The connection broke, or the response ended before it was complete."""
 
 
+class UpstreamTooLarge(UpstreamBroken):
+    """The upstream's answer is larger than the gateway may hold (``limits.max_response_bytes``).
+
+    Not sent again: the same request would get the same answer.
+    """
+
+
 class ModelNotServed(UpstreamError):
     """Every endpoint tried said it does not serve the request's model, which the configuration lists.
 

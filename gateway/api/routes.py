@@ -31,7 +31,7 @@ from gateway.api.request import (
     trace_id,
 )
 from gateway.api.state import Gateway
-from gateway.errors import UpstreamBroken, UpstreamError
+from gateway.errors import UpstreamBroken, UpstreamError, UpstreamTooLarge
 from gateway.observability import render
 from gateway.routing.policy import Api, Decision, RouteRequest
 from gateway.types import CLIENT_SCOPE_KEY, RUN_TOKEN_ENV, RUN_TOKEN_HEADER, ChunkWriter, ClientState
@@ -320,9 +320,13 @@ async def _assembled(
 
 
 async def _drain(ex: Exchange, sent: Sent, meter: StreamMeter, failed: list[int | None]) -> None:
-    with contextlib.suppress(UpstreamError):  # a break is in ``failed`` (the relay's on_done) too
+    try:
         async for _ in ex.gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
             pass
+    except UpstreamTooLarge as e:  # not sent again: the same request would get the same answer
+        raise from_upstream(e) from None
+    except UpstreamError:  # a break is in ``failed`` (the relay's on_done) too
+        pass
 
 
 def _broken(meter: StreamMeter, failed: list[int | None]) -> bool:

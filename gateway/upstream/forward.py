@@ -42,6 +42,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamStatus,
     UpstreamTimeout,
+    UpstreamTooLarge,
 )
 from gateway.observability import GaugeChild, Metrics
 from gateway.types import OTHER_POOL, PoolName
@@ -52,7 +53,7 @@ from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.silence import Silence
 from gateway.upstream.stream import DONE_EVENT, StreamMeter
-from gateway.upstream.wire import Malformed, WirePool
+from gateway.upstream.wire import Malformed, WirePool, read_within
 
 log = logging.getLogger("specroute.upstream")
 
@@ -88,7 +89,9 @@ class Response(Protocol):
         """The body's pieces as they arrive."""
         ...
 
-    async def read(self) -> bytes: ...
+    async def read(self, limit: int | None = None) -> bytes:
+        """The rest of the body; :class:`~gateway.upstream.wire.Malformed` when over ``limit`` bytes."""
+        ...
 
     @property
     def arrived(self) -> bool:
@@ -123,8 +126,8 @@ class _AiohttpResponse:
     def chunks(self) -> AsyncIterator[bytes]:
         return self._r.content.iter_any()
 
-    async def read(self) -> bytes:
-        return await self._r.read()
+    async def read(self, limit: int | None = None) -> bytes:
+        return await read_within(self._r.content.iter_any(), limit)
 
     @property
     def arrived(self) -> bool:
@@ -184,7 +187,9 @@ class Upstreams:
         t = settings.timeouts
         # connect only: how long a response may take is the first-byte / gap / total budget's business
         self._timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
-        self.wire = WirePool(connect_s=t.connect_s)
+        # the most of one answer held at once (limits.max_response_bytes): a body, an event, an assembly
+        self.max_response = settings.limits.max_response_bytes
+        self.wire = WirePool(connect_s=t.connect_s, max_unread=self.max_response)
         # per endpoint object: an address that discovery moves to the other pool is another endpoint,
         # so its key is looked up again (the pools' keys may differ)
         self._targets: dict[Endpoint, _Target | None] = {}
@@ -295,9 +300,11 @@ class Upstreams:
                     chunks = response.chunks()
                     if response.status >= 500 or response.status == 429:
                         retry_after = response.headers.get("retry-after")
-                        raise _UpstreamStatus(response.status, await response.read(), retry_after)
+                        raise _UpstreamStatus(
+                            response.status, await response.read(self.max_response), retry_after
+                        )
                     if response.status == 404:
-                        first = await response.read()
+                        first = await response.read(self.max_response)
                         missing = _missing_model(first)
                         if missing is not None:
                             raise _ModelMissing(missing)
@@ -340,9 +347,9 @@ class Upstreams:
             except TimeoutError:
                 kind = "timeout"
                 last_error = UpstreamTimeout("the upstream sent nothing in time")
-            except Malformed:
+            except Malformed as e:
                 kind = "protocol"
-                last_error = UpstreamBroken("the upstream's answer was not valid HTTP")
+                last_error = UpstreamBroken(f"the upstream's answer was not valid HTTP: {e}")
             except aiohttp.ClientError as e:
                 kind = "protocol"
                 last_error = UpstreamBroken(f"the upstream connection failed: {type(e).__name__}")
@@ -420,7 +427,7 @@ class Upstreams:
                         raise UpstreamBroken("the upstream's answer was not the whole JSON it announced")
                     return sent, content
                 except UpstreamError as e:
-                    if not idempotent or not self.can_retry(tried):
+                    if not idempotent or not self.can_retry(tried) or isinstance(e, UpstreamTooLarge):
                         raise
                     error = e
         except UpstreamTimeout:
@@ -538,11 +545,29 @@ class Upstreams:
         cut = False  # the upstream broke off after the client's answer was whole
         splice: Splice | None = None
         piece = sent.first
+        limit = self.max_response
+        assembled = 0  # bytes of a stream read into one body (the meter collects its chunks)
         try:
             while True:
                 if splice is not None:
                     piece = splice.feed(piece)
                 out = meter.feed(piece) if meter else piece
+                if meter is not None and (
+                    meter.unfinished() > limit
+                    or (meter.collect is not None and (assembled := assembled + len(piece)) > limit)
+                ):
+                    # an event that never ends, or a body to assemble that never ends, is not held
+                    # until memory runs out
+                    failed = 502
+                    self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "too_large").inc()
+                    log.warning(
+                        "stream from %s/%s holds more than limits.max_response_bytes (%d): ended",
+                        sent.pool,
+                        sent.endpoint.name,
+                        limit,
+                    )
+                    meter.discard_partial()
+                    raise UpstreamTooLarge(_too_large(limit))
                 if out:
                     yield out
                 try:
@@ -650,15 +675,31 @@ class Upstreams:
         # most non-streamed answers arrive in one read: with the whole body here, nothing is timed
         gap_s = self.settings.timeouts.chunk_gap_s
         silence = None if sent.response.arrived else Silence(gap_s, deadline)
+        limit = self.max_response
         try:
             if silence is None:
                 parts.extend([piece async for piece in sent.chunks])
+                size = sum(map(len, parts))
             else:
+                size = len(sent.first)
                 while True:
                     try:
-                        parts.append(await silence.next(sent.chunks))
+                        piece = await silence.next(sent.chunks)
                     except StopAsyncIteration:
                         break
+                    size += len(piece)
+                    if size > limit:
+                        break
+                    parts.append(piece)
+            if size > limit:
+                self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "too_large").inc()
+                log.warning(
+                    "answer from %s/%s is over limits.max_response_bytes (%d): a 502",
+                    sent.pool,
+                    sent.endpoint.name,
+                    limit,
+                )
+                raise UpstreamTooLarge(_too_large(limit))
             complete = True
         except TimeoutError:
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "timeout").inc()
@@ -766,6 +807,10 @@ class _UpstreamStatus(Exception):
         self.status = status
         self.body = body
         self.retry_after = retry_after
+
+
+def _too_large(limit: int) -> str:
+    return f"the upstream's answer is larger than the gateway may hold ({limit} bytes)"
 
 
 def _seconds(retry_after: str | None) -> float | None:

@@ -88,11 +88,12 @@ class EventBuffer:
     at every read made its framing quadratic in the number of reads.
     """
 
-    __slots__ = ("_buf", "_cr", "_more", "_plain")
+    __slots__ = ("_buf", "_cr", "_more", "_more_bytes", "_plain")
 
     def __init__(self) -> None:
         self._buf = b""  # the unfinished event's first bytes ...
         self._more: list[bytes] = []  # ... and the reads after them, none of which can end it
+        self._more_bytes = 0
         self._cr = False  # what was passed on ended in "\r": a "\n" next is the rest of that line end
         self._plain = True  # the last events returned had "\n" line ends only
 
@@ -115,9 +116,11 @@ class EventBuffer:
             last = self._more[-1] if self._more else self._buf  # never empty: empty reads are not kept
             if not _may_end(last[-1:] + raw[:1], raw):
                 self._more.append(raw)  # no blank line can end in it: nothing to frame yet
+                self._more_bytes += len(raw)
                 return [], b""
             buf = b"".join([self._buf, *self._more, raw])
             self._more.clear()
+            self._more_bytes = 0
         else:
             buf = raw
         start = 0
@@ -151,11 +154,16 @@ class EventBuffer:
             line_start = m.end()
         return events, done
 
+    def unfinished(self) -> int:
+        """How many bytes of an unfinished event are held."""
+        return len(self._buf) + self._more_bytes
+
     def rest(self) -> bytes:
         """The bytes of an unfinished event (at the end of a stream), and forget them."""
         rest = b"".join([self._buf, *self._more])
         self._buf, self._cr = b"", False
         self._more.clear()
+        self._more_bytes = 0
         return rest
 
 

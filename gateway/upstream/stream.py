@@ -133,6 +133,10 @@ class StreamMeter:
         t = self.transcript
         return not self.keep_usage_chunk and t is not None and t.blocked == "finished"
 
+    def unfinished(self) -> int:
+        """How many bytes of an unfinished event the meter holds (until more bytes end it)."""
+        return self._sse.unfinished()
+
     def discard_partial(self) -> None:
         """Forget the unfinished event of a stream that broke: the client never saw any of it."""
         self._sse.rest()

@@ -49,6 +49,16 @@ from gateway.types import CONTENT_CODINGS
 PAUSE_BYTES = 256 * 1024
 """A response that has this much unread stops the socket's reading until the reader catches up."""
 
+MAX_HEAD_BYTES = 64 * 1024
+"""A response head (status line and headers) longer than this is :class:`Malformed`: vLLM's are a few
+hundred bytes, and one that never ends would otherwise grow in memory until the first-byte time-out."""
+
+MAX_UNREAD_BYTES = 256 * 1024 * 1024
+"""The default of :class:`WirePool`'s ``max_unread``: the most of a body held unread at once.
+
+A plain body never comes near it (reading pauses at :data:`PAUSE_BYTES`); a compressed one is decoded
+only so far, since a few kilobytes can decode to gigabytes in one call."""
+
 
 class ConnectFailed(aiohttp.ClientConnectionError):
     """No connection could be made: nothing was sent."""
@@ -95,6 +105,7 @@ class _Connection(asyncio.Protocol):
         self.response: WireResponse | None = None
         self.closed = False
         self.idle_since = 0.0
+        self.head_read = -1  # bytes read of the awaited head (-1: none awaited)
         self._paused = False
 
     # -- asyncio.Protocol
@@ -111,6 +122,12 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as e:
             self._fail(f"malformed response: {e}", malformed=True)
             self.abort()
+            return
+        if self.head_read >= 0:  # the head is still awaited after these bytes
+            self.head_read += len(data)
+            if self.head_read > MAX_HEAD_BYTES:
+                self._fail(f"the upstream's response head is over {MAX_HEAD_BYTES} bytes", malformed=True)
+                self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -142,6 +159,7 @@ class _Connection(asyncio.Protocol):
         if response.status < 200:  # an interim response (100 Continue): the real head follows
             response.headers.clear()
             return
+        self.head_read = -1
         headers = response.headers
         coding = headers.pop("content-encoding", "identity").strip().lower()
         if coding not in ("identity", ""):
@@ -168,13 +186,20 @@ class _Connection(asyncio.Protocol):
             if response.wbits:
                 if response.decoder is None:
                     response.decoder = zlib.decompressobj(response.wbits)
+                # decoded only up to what may be held unread: a few kilobytes can decode to gigabytes
+                room = self.pool.max_unread - response.buffered + 1
                 try:
-                    body = response.decoder.decompress(body)
+                    body = response.decoder.decompress(body, room)
                 except zlib.error as e:
                     self._fail(f"the upstream's compressed body cannot be decoded: {e}", malformed=True)
                     self.abort()
                     return
                 if not body:
+                    return
+                if response.buffered + len(body) > self.pool.max_unread:
+                    why = f"the upstream's answer is over {self.pool.max_unread} bytes unread"
+                    self._fail(why, malformed=True)
+                    self.abort()
                     return
             response.feed(body)
             if response.buffered > PAUSE_BYTES and not self._paused and self.transport is not None:
@@ -315,9 +340,9 @@ class WireResponse:
             finally:
                 self._waiter = None
 
-    async def read(self) -> bytes:
-        """The rest of the body."""
-        return b"".join([piece async for piece in self._iterate()])
+    async def read(self, limit: int | None = None) -> bytes:
+        """The rest of the body; :class:`Malformed` when it is over ``limit`` bytes."""
+        return await read_within(self._iterate(), limit)
 
     @property
     def arrived(self) -> bool:
@@ -346,8 +371,16 @@ class WireResponse:
 class WirePool:
     """Keep-alive connections per (host, port), and the requests sent over them."""
 
-    def __init__(self, connect_s: float, keepalive_s: float = 4.0, user_agent: str = "specroute") -> None:
+    def __init__(
+        self,
+        connect_s: float,
+        keepalive_s: float = 4.0,
+        user_agent: str = "specroute",
+        max_unread: int = MAX_UNREAD_BYTES,
+    ) -> None:
         self.connect_s = connect_s
+        # the most of a body held unread: more is Malformed (never below what pausing lets through)
+        self.max_unread = max(max_unread, 4 * PAUSE_BYTES)
         self.keepalive_s = keepalive_s
         self.user_agent = user_agent
         self._idle: dict[tuple[str, int], deque[_Connection]] = {}
@@ -374,6 +407,7 @@ class WirePool:
         response = WireResponse(conn, conn.loop.create_future())
         response.head_only = method == "HEAD"
         conn.response = response
+        conn.head_read = 0
         try:
             assert conn.transport is not None
             try:
@@ -434,6 +468,20 @@ class WirePool:
         if not conn.closed:
             self._all.add(conn)
         return conn
+
+
+async def read_within(pieces: AsyncIterator[bytes], limit: int | None) -> bytes:
+    """All of ``pieces`` joined; :class:`Malformed` as soon as they are over ``limit`` bytes."""
+    if limit is None:
+        return b"".join([piece async for piece in pieces])
+    parts = []
+    size = 0
+    async for piece in pieces:
+        size += len(piece)
+        if size > limit:
+            raise Malformed(f"the upstream's answer is over {limit} bytes")
+        parts.append(piece)
+    return b"".join(parts)
 
 
 def _closing(conn: _Connection) -> bool:

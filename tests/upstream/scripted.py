@@ -56,7 +56,12 @@ Answer = Literal[
     "cut_json",
     "stall_head",
     "drip",
+    "huge",
+    "long_stream",
 ]
+
+#: how large "huge" and "long_stream" answers are: above the limit the tests set, far below the default
+HUGE_BYTES = 300_000
 
 #: vLLM's answer for a model it does not serve, in the shape of its 404 (written here, model renamed)
 MODEL_MISSING = (
@@ -179,6 +184,29 @@ class Scripted:
                 writer.write(body[i : i + 1])
                 await writer.drain()
                 await asyncio.sleep(DRIP_S)
+        elif answer == "huge" and not stream:  # a whole, valid answer larger than the gateway may hold
+            text = b"x" * HUGE_BYTES
+            writer.write(_response(200, completion().replace(b"Hello there", text)))
+        elif answer == "huge":  # one event that never ends, written on and on
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            piece = b'data: {"choices": [{"text": "' + b"x" * 16_000
+            for _ in range(HUGE_BYTES // len(piece) + 1):
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+                piece = b"x" * 16_000
+            await reader.read()  # open until the client closes
+        elif answer == "long_stream":  # a stream of many whole chunks, longer in all than "huge"
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            first, last, done = stream_events()
+            chunk = first.replace(b'"Hello"', b'"' + b"y" * 1000 + b'"')
+            events = [chunk] * (HUGE_BYTES // len(chunk) + 1) + [last, done]
+            for event in events:
+                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            writer.write(b"0\r\n\r\n")
         elif not stream:
             body = completion()
             if answer == "ok":

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import Settings, load_settings
-from tests.upstream.scripted import SLOW_S, Answer, Script, Scripted, serving
+from tests.upstream.scripted import HUGE_BYTES, SLOW_S, Answer, Script, Scripted, serving
 from tests.upstream.wiring import serving_gateway
 
 
@@ -375,3 +375,41 @@ async def test_a_non_streamed_request_ends_within_its_total_time_whatever_the_tr
         assert e.value.status_code == 504
         assert "within 1 s" in e.value.message
         assert len(script.log) == 1  # the request's time was spent on the first try
+
+
+_SMALL = {"limits": {"max_response_bytes": HUGE_BYTES // 2}}
+
+
+async def test_a_non_streamed_answer_over_the_limit_is_a_502_and_not_sent_again():
+    # held whole in memory, it would grow as the upstream liked; the same request would get the same answer
+    async with _setup(["huge", "ok"], **_SMALL) as (client, script, url):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 502 and "larger than the gateway may hold" in e.value.message
+        assert [a for _, a in script.log] == ["huge"]
+        assert await _metric(url, "specroute_upstream_errors_total", kind="too_large") == 1
+        # the endpoint is not at fault: the next request is served
+        assert (await client.completions.create(model="m", prompt="hi", max_tokens=2)).choices[0].text
+    async with _setup(["huge"]) as (client, _, _):  # under the default limit it is an answer like any
+        answer = await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert len(answer.choices[0].text) == HUGE_BYTES
+
+
+@pytest.mark.parametrize("answer", ["huge", "long_stream"])
+async def test_a_stream_to_assemble_over_the_limit_is_a_502_and_not_sent_again(answer):
+    # "huge": one event that never ends; "long_stream": whole events, more of them than the limit
+    extra = {"routing": {"strategy": "always-speculative"}, **_SMALL}
+    async with _setup([answer, "ok"], **extra) as (client, script, url):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert e.value.status_code == 502 and "larger than the gateway may hold" in e.value.message
+        assert [a for _, a in script.log] == [answer]
+        assert await _metric(url, "specroute_upstream_errors_total", kind="too_large") == 1
+
+
+async def test_a_streamed_event_that_never_ends_is_cut_at_the_limit_and_a_long_stream_is_not():
+    async with _setup(["huge"], **_SMALL) as (client, _, _):
+        with pytest.raises(openai.APIError, match="larger than the gateway may hold"):
+            await _text(client, stream=True)
+    async with _setup(["long_stream"], **_SMALL) as (client, _, _):  # relayed, never held whole
+        assert len(await _text(client, stream=True)) > HUGE_BYTES // 2  # more than the limit

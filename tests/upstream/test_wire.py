@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -14,6 +15,7 @@ import aiohttp
 import pytest
 
 from gateway.upstream.wire import (
+    MAX_HEAD_BYTES,
     PAUSE_BYTES,
     BodyBroken,
     ConnectFailed,
@@ -439,3 +441,49 @@ async def test_a_compressed_stream_is_decoded_piece_by_piece(serve):
 )
 async def test_a_compressed_body_that_cannot_be_read_fails_the_response(serve, answer, error):
     await _failure(serve, answer, error)
+
+
+async def test_a_response_head_that_never_ends_is_malformed_past_its_bound(serve):
+    # a header line written on and on would otherwise grow until the first-byte time-out
+    endless = b"HTTP/1.1 200 OK\r\nx-filler: " + b"a" * (MAX_HEAD_BYTES + 1)
+    raised = await _failure(serve, endless, Malformed)
+    assert "head is over" in raised.args[0]
+    # a large head within the bound is read
+    big = b"x-filler: %s\r\n" % (b"a" * (MAX_HEAD_BYTES // 2))
+    assert await _read(serve, _answer(b"{}", big)) == b"{}"
+
+
+async def _read(serve, answer: bytes, limit: int | None = None, **pool_args) -> bytes:
+    async def answering(reader, writer):
+        await server.read_request(reader)
+        writer.write(answer)
+        await reader.read()
+
+    server = await serve(answering)
+    pool = WirePool(connect_s=1.0, **pool_args)
+    try:
+        response = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
+        return await response.read(limit)
+    finally:
+        pool.close()
+
+
+async def test_a_compressed_body_is_decoded_only_as_far_as_it_may_be_held(serve):
+    # 200 MB of zeros compress to 200 KB: decoded in one call, the gateway's memory would take it all
+    encoder = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    bomb = b"".join(encoder.compress(bytes(1024 * 1024)) for _ in range(200)) + encoder.flush()
+    tracemalloc.start()
+    try:
+        with pytest.raises(Malformed, match="over 4194304 bytes unread"):
+            await _read(serve, _answer(bomb, b"content-encoding: gzip\r\n"), max_unread=4 * 1024 * 1024)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 1024 * 1024  # the bound and the compressed answer, not 200 MB
+
+
+async def test_a_read_with_a_limit_is_malformed_past_it_and_whole_within_it(serve):
+    body = b"z" * 100_000
+    assert await _read(serve, _answer(body), limit=100_000) == body
+    with pytest.raises(Malformed, match="over 99999 bytes"):
+        await _read(serve, _answer(body), limit=99_999)
