@@ -82,9 +82,36 @@ class Deadlines:
                 if wait.deadline > due:
                     self._arm(wait.deadline)
                     return
-                wait.expired = True
-                wait.task.cancel()
+                _expire(wait)
             waits.popleft()
+
+
+def wait_until(deadline: float) -> Wait:
+    """A wait that ends at ``deadline`` (on the loop's clock), with a timer of its own.
+
+    For the rare wait whose end is not a fixed time after its start (a retry, cut at its request's
+    deadline): ``asyncio.timeout_at`` for a plain ``with`` block, ending as a :class:`Deadlines` wait ends.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    return Wait(_OwnTimer(), deadline, task)
+
+
+class _OwnTimer:
+    """The timer of one :func:`wait_until` wait, in the place of a :class:`Deadlines`."""
+
+    __slots__ = ("_handle",)
+
+    def _begin(self, wait: Wait) -> None:
+        self._handle = asyncio.get_running_loop().call_at(wait.deadline, _expire, wait)
+
+    def _end(self) -> None:
+        self._handle.cancel()
+
+
+def _expire(wait: Wait) -> None:
+    wait.expired = True
+    wait.task.cancel()
 
 
 class Wait:
@@ -92,7 +119,7 @@ class Wait:
 
     __slots__ = ("_cancelling", "_deadlines", "deadline", "done", "expired", "task")
 
-    def __init__(self, deadlines: Deadlines, deadline: float, task: asyncio.Task[object]) -> None:
+    def __init__(self, deadlines: Deadlines | _OwnTimer, deadline: float, task: asyncio.Task[object]) -> None:
         self._deadlines = deadlines
         self.deadline = deadline
         self.task = task

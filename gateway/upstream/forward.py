@@ -24,7 +24,6 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Protocol, overload
 from urllib.parse import urlsplit
 
@@ -48,7 +47,7 @@ from gateway.observability import GaugeChild, Metrics
 from gateway.types import OTHER_POOL, PoolName
 from gateway.upstream.backoff import retry_delay
 from gateway.upstream.credentials import UpstreamKeys
-from gateway.upstream.deadline import Deadlines
+from gateway.upstream.deadline import Deadlines, wait_until
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.silence import Silence
@@ -295,7 +294,7 @@ class Upstreams:
             sent_at = time.monotonic()
             response: Response | None = None
             try:
-                with deadlines.wait() if limit_at is None else _Within(limit_at):
+                with deadlines.wait() if limit_at is None else wait_until(limit_at):
                     response = await self._post(endpoint, path, body, headers, method)
                     chunks = response.chunks()
                     if response.status >= 500 or response.status == 429:
@@ -716,39 +715,6 @@ class Upstreams:
             _close(sent.response, complete)
         sent.endpoint.record_success()
         return b"".join(parts)
-
-
-class _Within:
-    """A try's wait cut at the request's deadline: ``asyncio.timeout_at`` for a ``with`` block (a retry
-    is rare; the first try keeps the shared timer of :mod:`gateway.upstream.deadline`)."""
-
-    __slots__ = ("_cancelling", "_handle", "_task", "deadline", "expired")
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.expired = False
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
-        self._cancelling = 0
-        self._handle: asyncio.TimerHandle | None = None
-
-    def __enter__(self) -> _Within:
-        self._cancelling = self._task.cancelling()
-        self._handle = asyncio.get_running_loop().call_at(self.deadline, self._expire)
-        return self
-
-    def _expire(self) -> None:
-        self.expired = True
-        self._task.cancel()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        if self.expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
-            raise TimeoutError from exc
 
 
 def _whole_json(content: bytes, headers: Headers) -> bool:

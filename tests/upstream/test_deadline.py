@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from gateway.upstream.deadline import Deadlines
+from gateway.upstream.deadline import Deadlines, wait_until
 
 LIMIT = 0.05
 
@@ -80,6 +80,16 @@ async def test_a_wait_ends_as_under_asyncio_timeout(kind: str) -> None:
     deadlines = Deadlines(LIMIT)
     assert await _scenario(_under(deadlines), kind) == expected
     assert not deadlines._waits
+
+
+async def _until(work: Awaitable[None]) -> None:
+    with wait_until(asyncio.get_running_loop().time() + LIMIT):
+        await work
+
+
+@pytest.mark.parametrize("kind", ["in time", "too long", "raises", "cancelled early", "cancelled late"])
+async def test_a_wait_until_a_time_ends_as_under_asyncio_timeout(kind: str) -> None:
+    assert await _scenario(_until, kind) == await _scenario(_under_asyncio, kind)
 
 
 async def test_many_waits_share_one_timer_and_only_the_late_ones_time_out(
