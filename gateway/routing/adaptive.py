@@ -104,6 +104,7 @@ class AdaptivePolicy:
     residence_s: dict[str, float] = field(default_factory=dict)
     mean_tokens: float = DEFAULT_TOKENS
     _finished: int = 0
+    _scrape_round: int = 0  # the scraper's round last read
 
     def __post_init__(self) -> None:
         if self.outliers is None:
@@ -146,7 +147,9 @@ class AdaptivePolicy:
         label, p, kind = pred.label, pred.p_structured, pred.kind
         if request.forced_pool is not None:
             return self._count(Decision(request.forced_pool, label, "forced", p, kind))
-        self._sync_k()
+        scraper = self.scraper
+        if scraper is not None and scraper.rounds != self._scrape_round:
+            self._after_scrape(scraper)
         per_request = self.routing.acceptance_model == "per-request"
         features = prediction = None
         sd_share = 1.0
@@ -329,6 +332,21 @@ class AdaptivePolicy:
             return PoolLoad(1.0, True, False)
         queued, ahead, load, seats, own = best
         return PoolLoad(load + 1.0, queued, True, ahead, seats or None, own)
+
+    def _after_scrape(self, scraper: Scraper) -> None:
+        """Read a new scrape round: the speculative pool's k, and baseline's step times.
+
+        Baseline's step time is its time per output token; streams time it per request, and the
+        server's own histogram times it for every request, streamed or not, between two scrapes. Without
+        it, a gateway whose clients never stream would keep the configured step time for good, and with
+        it the draft's cost ``c``: a dear draft would look cheap, and speculation pay where it does not.
+        """
+        self._scrape_round = scraper.rounds
+        self._sync_k()
+        for ep in self.pools["baseline"].endpoints:
+            step = scraper.step(ep)
+            if step is not None:
+                self.model.observe_baseline(step.seconds, step.batch)
 
     def _sync_k(self) -> None:
         """Take k from the speculative endpoints' counters when configuration does not give it."""

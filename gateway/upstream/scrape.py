@@ -1,4 +1,4 @@
-"""Reading each endpoint's own ``/metrics``: speculative-decoding counters and load gauges.
+"""Reading each endpoint's own ``/metrics``: speculative-decoding counters, load gauges and step times.
 
 Every ``routing.scrape_interval_s`` the gateway fetches every endpoint's Prometheus page and keeps
 the last two readings. Acceptance over the interval comes from counter deltas (vLLM's definitions:
@@ -7,6 +7,12 @@ per-position rates Δper_pos[i] / Δdrafts); load comes from the gauges. Counter
 the ``engine`` label. A counter that went down means the server restarted: its current value is
 then the delta since the restart. Absent or all-zero counters (Neuron's fused speculation keeps
 them at 0) simply give no interval acceptance: the per-request measurements do not depend on them.
+
+The inter-token latency histogram's sum and count (``vllm:inter_token_latency_seconds``, formerly
+``vllm:time_per_output_token_seconds``: one sample per request per engine step) give the mean step time
+over the interval, at about the batch the running gauge showed. On the baseline pool that is its time per
+output token, timed by the server for every request it ran: what a gateway whose clients never stream
+(only streams time a token) would otherwise never learn.
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 _RUNNING = "vllm:num_requests_running"
 _WAITING = "vllm:num_requests_waiting"
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_STEP_FAMILIES = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")  # newest first
+_STEP_SUMS = tuple(f + "_sum" for f in _STEP_FAMILIES)
+_STEP_COUNTS = tuple(f + "_count" for f in _STEP_FAMILIES)
+MIN_STEPS = 20
+"""Engine steps an interval must hold for its mean step time to count (fewer are one request's noise)."""
 # Only the lines of those families reach the parser: a vLLM page is ~50 KB, mostly histogram buckets,
 # and parsing all of it held the event loop for ~5 ms per scrape; these ~20 lines take ~0.2 ms.
 _FAMILIES = (
@@ -44,7 +55,8 @@ _FAMILIES = (
     "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc",
 )
-_KEEP = _FAMILIES + tuple(f"# TYPE {name}" for name in _FAMILIES)
+# the histograms' sum and count only (their buckets are most of the page), read as untyped samples
+_KEEP = _FAMILIES + tuple(f"# TYPE {name}" for name in _FAMILIES) + _STEP_SUMS + _STEP_COUNTS
 
 
 def _wanted(text: str) -> str:
@@ -68,6 +80,16 @@ class Reading:
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None
+    step_seconds: float | None = None  # the inter-token latency histogram's sum ...
+    steps: float | None = None  # ... and count
+
+
+class StepTime(NamedTuple):
+    """An interval's mean engine step time, at about ``batch`` running requests, over ``steps`` steps."""
+
+    seconds: float
+    batch: float
+    steps: float
 
 
 #: more speculative tokens per step than any deployment drafts (vLLM's own examples stop near 10)
@@ -87,9 +109,16 @@ def parse(text: str, at: float = 0.0) -> Reading:
                 # would have the reading hold that many zeros)
                 if p is not None and p.isdigit() and int(p) < MAX_POSITIONS:
                     pos[int(p)] = pos.get(int(p), 0.0) + s.value
-            elif name in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _RUNNING, _WAITING) or name in _KV:
+            elif (
+                name in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _RUNNING, _WAITING)
+                or name in _KV
+                or name in _STEP_SUMS
+                or name in _STEP_COUNTS
+            ):
                 sums[name] = sums.get(name, 0.0) + s.value
     kv = next((sums[n] for n in _KV if n in sums), None)
+    # one histogram's sum and count, the newest name's where a server exports both
+    named = next((i for i, n in enumerate(_STEP_COUNTS) if n in sums and _STEP_SUMS[i] in sums), None)
     per_pos = tuple(pos.get(i, 0.0) for i in range(max(pos) + 1)) if pos else ()
     return Reading(
         at,
@@ -100,7 +129,22 @@ def parse(text: str, at: float = 0.0) -> Reading:
         sums.get(_RUNNING),
         sums.get(_WAITING),
         kv,
+        None if named is None else sums[_STEP_SUMS[named]],
+        None if named is None else sums[_STEP_COUNTS[named]],
     )
+
+
+def step_time(prev: Reading | None, cur: Reading) -> StepTime | None:
+    """The mean step time over ``prev`` → ``cur``; ``None`` without the histogram, across a restart, or
+    with fewer than :data:`MIN_STEPS` steps in between."""
+    if prev is None or prev.steps is None or prev.step_seconds is None:
+        return None
+    if cur.steps is None or cur.step_seconds is None or cur.running is None or prev.running is None:
+        return None
+    steps, seconds = cur.steps - prev.steps, cur.step_seconds - prev.step_seconds
+    if steps < MIN_STEPS or seconds <= 0:  # too few, or the server restarted (its counts went down)
+        return None
+    return StepTime(seconds / steps, (prev.running + cur.running) / 2, steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +206,7 @@ class EndpointScrape:
     previous: Reading | None = None
     last: Interval | None = None  # the latest interval that had drafts
     last_at: float | None = None  # monotonic time of the latest successful scrape
+    step: StepTime | None = None  # the mean step time between the last two scrapes, when they timed one
     capacity: int | None = None  # running requests seen while others waited: max_num_seqs
     # what routing reads while the last scrape is fresh, and once it is too old: made at each scrape
     # rather than at each of the requests in between
@@ -190,6 +235,7 @@ class EndpointScrape:
         iv = interval(self.reading, reading, k)
         if iv is not None:
             self.last = iv
+        self.step = step_time(self.reading, reading)
         self.previous, self.reading = self.reading, reading
         running = int(reading.running or 0)
         if self.queued and running:
@@ -219,6 +265,7 @@ class EndpointScrape:
             "capacity": self.capacity,
             "inflight": self.endpoint.outstanding,
             "speculative_counters": bool(r and r.drafts is not None),
+            "step_ms": None if self.step is None else _round(self.step.seconds * 1000),
         }
         if iv is not None:
             out["acceptance"] = {
@@ -259,6 +306,7 @@ class Scraper:
     interval_s: float
     timeout_s: float = 2.0
     by_endpoint: dict[int, EndpointScrape] = field(default_factory=dict)
+    rounds: int = 0  # scrape rounds done: what routing reads once per round, it reads when this moves
 
     def of(self, endpoint: Endpoint) -> EndpointScrape:
         state = self.by_endpoint.get(id(endpoint))
@@ -279,6 +327,11 @@ class Scraper:
         state = self._state(endpoint)
         return state.k if state is not None else None
 
+    def step(self, endpoint: Endpoint) -> StepTime | None:
+        """The endpoint's mean step time over the last scrape interval, when it timed enough steps."""
+        state = self._state(endpoint)
+        return state.step if state is not None else None
+
     def snapshots(self) -> list[dict[str, Any]]:
         """Every endpoint's scrape state, for ``/admin/routing``."""
         return [s.snapshot() for s in self.by_endpoint.values()]
@@ -296,6 +349,7 @@ class Scraper:
         live = {id(e) for e in eps}
         for key in [k for k in self.by_endpoint if k not in live]:
             del self.by_endpoint[key]
+        self.rounds += 1
         self.export()
 
     async def _scrape(self, ep: Endpoint) -> None:

@@ -12,6 +12,7 @@ from gateway.observability import Metrics
 from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.policy import Decision, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW
+from gateway.speculation import expected_length
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import Reading, Scraper
 
@@ -262,6 +263,7 @@ def test_a_redeployed_speculative_pool_with_another_k_is_learned_from_its_new_st
     p = AdaptivePolicy.build(Strategy.ADAPTIVE, FixedClassifier(), cfg, pools, scraper, Metrics())
     spec = scraper.of(pools["speculative"].endpoints[0])
     spec.update(Reading(_now(), running=1, waiting=0, per_pos=(9.0,) * 5), None)
+    scraper.rounds += 1  # the round's end (what scrape_once does after every endpoint's update)
     p.decide(STRUCTURED)
     assert p.model.k == 5
     for _ in range(3):
@@ -269,5 +271,32 @@ def test_a_redeployed_speculative_pool_with_another_k_is_learned_from_its_new_st
     p.decide(STRUCTURED)
     assert len(p.model.spec_steps) == 3  # the same k: kept
     spec.update(Reading(_now(), running=1, waiting=0, per_pos=(9.0,) * 3), None)
+    scraper.rounds += 1
     p.decide(STRUCTURED)
     assert p.model.k == 3 and not p.model.spec_steps
+
+
+def test_baseline_step_time_is_learned_from_its_servers_histogram_when_no_client_streams():
+    """A deployment unlike the prior: a 20 ms step and a dear draft (c = 0.6), non-streamed traffic only.
+
+    Only streams time a token, so the step time (and with it the draft's cost, measured in steps) stayed
+    at the configured 45 ms: the measured speculative steps looked cheap against it, and structured
+    prompts went to a pool where they ran slower. The baseline servers' own inter-token histogram,
+    scraped, times the step for every request they ran."""
+    p = _policy(exploration_rate=0.0)
+    k, alpha, step, c = 7, 0.6, 0.020, 0.6
+    spec_tpot = step * (1 + k * c) / expected_length(alpha, k)
+    assert spec_tpot > step  # speculation is the slower pool here
+    for _ in range(5):  # measured speculative requests (assembled streams), each with its acceptance
+        p.model.observe_speculative(spec_tpot, 1, alpha)
+    assert p.decide(STRUCTURED).pool == "speculative"  # the prior's step makes the draft look cheap
+    base = p.scraper.of(p.pools["baseline"].endpoints[0])
+    steps = 0.0
+    for _ in range(3):  # scrape rounds: 200 engine steps of 20 ms each in between, one request running
+        steps += 200
+        base.update(Reading(_now(), running=1, waiting=0, step_seconds=steps * step, steps=steps), None)
+        p.scraper.rounds += 1
+        p.decide(OPEN)
+    assert p.model.step_s == pytest.approx(step)
+    assert p.model.c == pytest.approx(c)
+    assert p.decide(STRUCTURED).pool == "baseline"

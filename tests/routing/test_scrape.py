@@ -10,7 +10,7 @@ import pytest
 
 from gateway.observability import Metrics
 from gateway.upstream.pool import Endpoint, Pool
-from gateway.upstream.scrape import MAX_POSITIONS, Reading, Scraper, interval, parse
+from gateway.upstream.scrape import MAX_POSITIONS, MIN_STEPS, Reading, Scraper, interval, parse, step_time
 
 MODES = ["draftsame", "draftother", "ngram"]
 _LINE = re.compile(r"^(vllm:[a-z_]+)\{([^}]*)\} (\S+)$", re.MULTILINE)
@@ -192,3 +192,33 @@ def test_routing_reads_load_and_drafts_through_the_scrapers_interface():
     assert stale is not None and (stale.in_engine, stale.queued, stale.capacity) == (None, False, 4)
     assert scraper.drafts(s0) == 3 and scraper.drafts(s1) is None
     assert [snap["endpoint"] for snap in scraper.snapshots()] == ["s0"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_mean_step_time_is_the_inter_token_histograms_between_two_pages(vllm_fixture, mode):
+    t0, t1 = (vllm_fixture(f"{mode}_metrics_{x}.txt").decode() for x in ("before", "under_load"))
+    n0, n1 = _numbers(t0), _numbers(t1)
+    family = "vllm:inter_token_latency_seconds"
+    r0, r1 = parse(t0, 1.0), parse(t1, 2.0)
+    assert (r1.steps, r1.step_seconds) == (n1[family + "_count"], n1[family + "_sum"])
+    step = step_time(r0, r1)
+    assert step is not None
+    d_steps = n1[family + "_count"] - n0.get(family + "_count", 0.0)
+    assert step.steps == d_steps
+    assert step.seconds == pytest.approx((n1[family + "_sum"] - n0.get(family + "_sum", 0.0)) / d_steps)
+    assert step.batch == (n0["vllm:num_requests_running"] + n1["vllm:num_requests_running"]) / 2
+
+
+def test_a_step_time_needs_enough_steps_the_running_gauge_and_no_restart():
+    def page(steps: float, running: float | None = 1.0, old_name: bool = False) -> Reading:
+        name = "vllm:time_per_output_token_seconds" if old_name else "vllm:inter_token_latency_seconds"
+        gauge = "" if running is None else f'vllm:num_requests_running{{engine="0"}} {running}\n'
+        return parse(f'{gauge}{name}_sum{{engine="0"}} {steps * 0.01}\n{name}_count{{engine="0"}} {steps}\n')
+
+    assert step_time(page(100), page(100 + MIN_STEPS)).seconds == pytest.approx(0.01)
+    assert step_time(page(100, old_name=True), page(200, old_name=True)) is not None  # vLLM's older name
+    assert step_time(page(100), page(99 + MIN_STEPS)) is None  # too few steps to say
+    assert step_time(page(500), page(100)) is None  # restarted: its counts went down
+    assert step_time(page(100, running=None), page(200, running=None)) is None
+    assert step_time(None, page(200)) is None
+    assert parse("vllm:num_requests_running 1\n").steps is None  # no histogram: no step time
