@@ -468,6 +468,57 @@ def _dense(
     return out
 
 
+# the keys of ``_dense`` before the layout cues, in order, and the layout cues' keys (``_layout``): the C
+# reader writes the same dict under these names
+DENSE_BASE = (
+    "len",
+    "lines",
+    "dup_lines",
+    "max_rep",
+    "fence",
+    "symbols",
+    "indent",
+    "json_keys",
+    "kv_lines",
+    "bullets",
+    "tabular",
+    "digits",
+    "numseq",
+    "code_kw",
+    "question_end",
+    "questions",
+    "speakers",
+    "paragraphs",
+    "non_ascii",
+    "turns",
+    "system",
+    "context_len",
+    "empty",
+)
+DENSE_LAYOUT = tuple(
+    f"layout_{end}_{what}" for end in ("last", "first") for what in ("line", "question", "colon")
+)
+# ``DenseReader.read``: ``_dense``'s inputs with the view's fields it reads (turns, system prompt, context)
+DenseRead = Callable[
+    [str, str, int, int, int, Sequence[float], Sequence[float] | None, int, bool, int], dict[str, float]
+]
+
+
+def _c_dense() -> DenseRead | None:
+    """``_dense`` in C (``classifiers._grams.DenseReader``) where the package was built with it: the same
+    dict, key for key and float for float, in one pass over the window
+    (tests/classifiers/test_grams_dense.py); None otherwise, and ``_dense`` computes them."""
+    try:
+        from classifiers._grams import DenseReader
+    except ImportError:
+        return None
+    read: DenseRead = DenseReader(DENSE_BASE, DENSE_LAYOUT, tuple(_CUE_NAMES), tuple(_CONTEXT_NAMES)).read
+    return read
+
+
+DENSE_READ = _c_dense()
+
+
 _QUESTION_ENDS = ("?", "？", "؟", ";", "\u037e", "।")  # Latin, CJK, Arabic, Greek, Devanagari question marks
 
 
@@ -582,7 +633,21 @@ def extract(
     if len(text) <= CHAR_HEAD:
         ct = ch  # one window: one object, as the twin namespaces' sets are one object
     cx = _norm(ctx[:CHAR_CONTEXT]) if with_context else ""
-    dense = _dense(text, scanned, n_tokens, hashes, code_kw, cues, context_cues, view)
+    if DENSE_READ is None:
+        dense = _dense(text, scanned, n_tokens, hashes, code_kw, cues, context_cues, view)
+    else:
+        dense = DENSE_READ(
+            text,
+            scanned,
+            n_tokens,
+            hashes,
+            code_kw,
+            cues,
+            context_cues,
+            view.turns,
+            view.has_system,
+            len(ctx),
+        )
     if not char_grams:
         sparse.update(ch=set(), ct=set(), cb=set(), cx=set())
         chars = {"ch": ch, "ct": ct, "cb": cb if "cb" in namespaces else "", "cx": cx}
