@@ -1274,10 +1274,98 @@ static PyObject *weighted_sum(PyObject *module, PyObject *const *args, Py_ssize_
     return PyFloat_FromDouble(total);
 }
 
+/* ---- the character windows' normal form ------------------------------------------------------------
+ *
+ * ``features._norm_py``: lower case (``str.lower``, its full mapping: a character may lower to two), the
+ * ASCII digits 1-9 folded to 0, white space runs (``str.isspace``) to one space and none at the ends. An
+ * ASCII text is lowered here; any other goes through ``str.lower`` itself, then one pass folds and joins. */
+
+static PyObject *lower_name; /* "lower" */
+
+PyDoc_STRVAR(norm_doc,
+             "norm(text) -> str\n\n"
+             "``text`` lower-cased, the ASCII digits 1-9 folded to 0, white space runs to one space, stripped: "
+             "``\" \".join(re.sub(\"[1-9]\", \"0\", text.lower()).split())``.");
+
+static PyObject *norm(PyObject *module, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "norm(text: str)");
+        return NULL;
+    }
+    if (MAKE_READY(text) == -1) {
+        return NULL;
+    }
+    int ascii = PyUnicode_IS_ASCII(text);
+    PyObject *low = ascii ? Py_NewRef(text) : PyObject_CallMethodNoArgs(text, lower_name);
+    if (low == NULL) {
+        return NULL;
+    }
+    if (!PyUnicode_Check(low) || MAKE_READY(low) == -1) {
+        Py_DECREF(low);
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "str.lower gave no str");
+        }
+        return NULL;
+    }
+    Text t = {PyUnicode_KIND(low), PyUnicode_DATA(low), PyUnicode_GET_LENGTH(low)};
+    /* the first pass sizes the result (its length and widest character, for a str in its canonical form),
+       the second writes it */
+    Py_ssize_t n = 0;
+    Py_UCS4 maxchar = 0;
+    PyObject *out = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        void *dst = out == NULL ? NULL : PyUnicode_DATA(out);
+        int dst_kind = out == NULL ? 0 : PyUnicode_KIND(out);
+        Py_ssize_t at = 0;
+        int gap = 0;
+        for (Py_ssize_t i = 0; i < t.len; i++) {
+            Py_UCS4 c = AT(&t, i);
+            if (ascii && c >= 'A' && c <= 'Z') {
+                c += 'a' - 'A';
+            }
+            else if (c >= '1' && c <= '9') {
+                c = '0';
+            }
+            if (is_space(c)) {
+                gap = at > 0;
+                continue;
+            }
+            if (gap) {
+                if (dst != NULL) {
+                    PyUnicode_WRITE(dst_kind, dst, at, ' ');
+                }
+                at++;
+                gap = 0;
+            }
+            if (dst != NULL) {
+                PyUnicode_WRITE(dst_kind, dst, at, c);
+            }
+            else if (c > maxchar) {
+                maxchar = c;
+            }
+            at++;
+        }
+        if (pass == 0) {
+            n = at;
+            if (n > 0 && maxchar < ' ') {
+                maxchar = ' ';
+            }
+            out = PyUnicode_New(n, maxchar);
+            if (out == NULL || n == 0) {
+                break;
+            }
+        }
+    }
+    Py_DECREF(low);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"word_grams", (PyCFunction)word_grams, METH_O, word_grams_doc},
     {"word_hashes", (PyCFunction)(void (*)(void))word_hashes, METH_FASTCALL, word_hashes_doc},
     {"weighted_sum", (PyCFunction)(void (*)(void))weighted_sum, METH_FASTCALL, weighted_sum_doc},
+    {"norm", (PyCFunction)norm, METH_O, norm_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1297,7 +1385,8 @@ PyMODINIT_FUNC PyInit__grams(void)
     if (hash_token == NULL) {
         hash_token = PyUnicode_InternFromString("#");
         space = PyUnicode_InternFromString(" ");
-        if (hash_token == NULL || space == NULL) {
+        lower_name = PyUnicode_InternFromString("lower");
+        if (hash_token == NULL || space == NULL || lower_name == NULL) {
             return NULL;
         }
     }

@@ -48,3 +48,7 @@ class DenseReader:
 def weighted_sum(weights: dict[str, float], values: dict[str, float], /) -> float:
     """``sum(map(mul, map(weights.get, values, repeat(0.0)), values.values()))``, added as the running
     interpreter's ``sum`` adds floats; TypeError where a weight or a value read is not a float."""
+
+def norm(text: str, /) -> str:
+    """``text`` lower-cased, the ASCII digits 1-9 folded to 0, white space runs to one space, stripped:
+    ``features._norm_py``."""

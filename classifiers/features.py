@@ -203,7 +203,7 @@ def window(text: str) -> str:
     return text[:HEAD] + "\n" + text[-TAIL:]
 
 
-def _norm(text: str) -> str:
+def _norm_py(text: str) -> str:
     """Lower case, digits folded to 0, whitespace runs to one space: all C-speed ``str`` methods.
 
     The fold runs only on a text with a digit to fold: a regex search costs a tenth of ``str.translate``
@@ -213,6 +213,19 @@ def _norm(text: str) -> str:
     if _NONZERO_DIGIT.search(low):
         low = _NONZERO_DIGIT.sub("0", low)
     return " ".join(low.split())
+
+
+def _c_norm() -> Callable[[str], str]:
+    """``classifiers._grams.norm`` where the package was built with it: the same text in one pass
+    (``str.lower`` still lowers a text outside ASCII); otherwise the Python definition."""
+    try:
+        from classifiers._grams import norm
+    except ImportError:
+        return _norm_py
+    return norm
+
+
+_norm = _c_norm()
 
 
 def _chars(text: str, orders: tuple[int, ...]) -> set[str]:

@@ -1,8 +1,9 @@
 # ruff: noqa: RUF001 -- Chinese text uses full-width punctuation on purpose
-"""The structural cues and their weighted sum in C (``classifiers/_grams.c``: ``DenseReader``,
-``weighted_sum``) against the Python definitions they stand in for (``features._dense``, ``sum`` over the
-products): the same dict, key for key and float for float, and so the same prediction for every prompt.
-Equality is exact (``==`` on each float's bits), not approximate: a difference in the last bit fails."""
+"""The structural cues, their weighted sum and the character windows' normal form in C
+(``classifiers/_grams.c``: ``DenseReader``, ``weighted_sum``, ``norm``) against the Python definitions they
+stand in for (``features._dense``, ``sum`` over the products, ``features._norm_py``): the same dict, key
+for key and float for float, the same text, and so the same prediction for every prompt. Equality is exact
+(``==`` on each float's bits), not approximate: a difference in the last bit fails."""
 
 from __future__ import annotations
 
@@ -147,6 +148,7 @@ def _c_and_python(body: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tupl
     c = (clf.predict(body), _features(v, clf))
     with monkeypatch.context() as m:
         m.setattr(F, "DENSE_READ", None)
+        m.setattr(F, "_norm", F._norm_py)
         m.setattr(clf, "_weighted_sum", None)
         python = (clf.predict(body), _features(v, clf))
     return c, python
@@ -161,6 +163,7 @@ def _features(v: RequestView, clf: Classifier) -> Any:
             out.append(type(e))
         else:
             out.append([(k, x.hex()) for k, x in f.dense.items()])
+            out.append(f.chars)
             out.append(clf.score(f).hex())
     return out
 
@@ -171,7 +174,7 @@ def _same(a: Prediction, b: Prediction) -> bool:
 
 @needs_c
 def test_the_development_install_builds_the_dense_reader() -> None:
-    assert F.DENSE_READ is not None and M.WEIGHTED_SUM is not None
+    assert F.DENSE_READ is not None and M.WEIGHTED_SUM is not None and F._norm is not F._norm_py
     assert load_default()._weighted_sum is M.WEIGHTED_SUM
 
 
@@ -371,7 +374,40 @@ def test_the_weighted_sum_refuses_what_is_not_a_float() -> None:
 
 def test_without_the_extension_the_python_computes_the_cues(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "classifiers._grams", None)  # what an install without a compiler has
-    assert F._c_dense() is None and M._c_weighted_sum() is None
+    assert F._c_dense() is None and M._c_weighted_sum() is None and F._c_norm() is F._norm_py
     monkeypatch.setattr(F, "DENSE_READ", None)
     f = extract(view({"prompt": "name: Ada\n- one\n- two"}))
     assert list(f.dense)[: len(F.DENSE_BASE)] == list(F.DENSE_BASE)
+
+
+# --- the windows' normal form (``norm``) ---
+
+
+def _same_text(a: str, b: str) -> bool:
+    # equal, and held in the same width (a str outside its narrowest form would compare wrongly elsewhere)
+    return a == b and sys.getsizeof(a) == sys.getsizeof(b)
+
+
+@needs_c
+@pytest.mark.parametrize("between", ["", " ", "A1", "\u3000", "\u0130"])
+def test_norm_reads_every_code_point_as_the_python_does(between: str) -> None:
+    points = [chr(i) for i in range(0x110000) if not 0xD800 <= i <= 0xDFFF]
+    for start in range(0, len(points), 1024):
+        text = between.join(points[start : start + 1024])
+        assert _same_text(F._norm(text), F._norm_py(text)), start
+    for c in points[:0x3000]:  # alone: a text of one character, its own width
+        assert _same_text(F._norm(c), F._norm_py(c)), hex(ord(c))
+
+
+@needs_c
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet="aZ 09\t\n\x1c\x85\xa0\u3000é²٣İΣσẞﬃ中😀\ud800\x00", max_size=200))
+def test_norm_gives_the_python_text(text: str) -> None:
+    assert _same_text(F._norm(text), F._norm_py(text))
+
+
+@needs_c
+def test_norm_refuses_what_is_not_text() -> None:
+    with pytest.raises(TypeError):
+        F._norm(b"abc")  # type: ignore[arg-type]
+    assert F._norm("") == "" and F._norm(" \n ") == ""
