@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -572,9 +573,799 @@ static PyObject *word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t
     return Py_BuildValue("(NnnN)", packed, ntok, marks, first);
 }
 
+/* ---- structural cues ---------------------------------------------------------------------------------
+ *
+ * ``classifiers.features._dense`` in one pass over the scanned window, without a Python object per line,
+ * count or match: the same dict, key for key and float for float (``tests/classifiers/test_grams_dense.py``
+ * holds the two to each other). The regexes of ``features`` (``_KV_LINE``, ``_BULLET``, ``_SPEAKER``,
+ * ``_NUMSEQ``) are matched by hand: each is deterministic once its character classes are read as ``re``
+ * reads them for a str pattern (``\s``: ``str.isspace``, ``\w``: ``str.isalnum`` or ``_``, ``\d``:
+ * ``str.isdecimal``; under IGNORECASE a letter matches a character whose simple lower case is that letter,
+ * or for ``i`` and ``s`` the dotless i and the long s, as ``re._casefix`` adds), so a greedy reading finds
+ * what the regex finds. ``str.strip`` and ``str.split("\n")`` are read the same way: white space is
+ * ``str.isspace``, lines end at ``\n`` only.
+ */
+
+#define N_BASE 23
+#define N_LAYOUT 6
+#define CHAR_HEAD 120
+#define CHAR_TAIL 160
+#define HEAD_NS 160
+#define TAIL_NS 240
+
+typedef struct {
+    int kind;
+    const void *data;
+    Py_ssize_t len;
+} Text;
+
+#define AT(t, i) PyUnicode_READ((t)->kind, (t)->data, (i))
+
+static inline int is_space(Py_UCS4 c)
+{
+    return Py_UNICODE_ISSPACE(c);
+}
+
+static inline int is_decimal(Py_UCS4 c)
+{
+    return c < 128 ? (c >= '0' && c <= '9') : Py_UNICODE_ISDECIMAL(c);
+}
+
+static inline Py_ssize_t skip_space(const Text *t, Py_ssize_t i)
+{
+    while (i < t->len && is_space(AT(t, i))) {
+        i++;
+    }
+    return i;
+}
+
+/* ``^\s*[-\w.\[\]]{1,40}\s*[:=]\s*\S`` at ``p``: the end of the match, or -1 */
+static Py_ssize_t match_kv(const Text *t, Py_ssize_t p)
+{
+    Py_ssize_t i = skip_space(t, p), j = i;
+    while (j < t->len && j - i <= 40) {
+        Py_UCS4 c = AT(t, j);
+        if (!(c == '-' || c == '.' || c == '[' || c == ']' || c == '_' || Py_UNICODE_ISALNUM(c))) {
+            break;
+        }
+        j++;
+    }
+    if (j == i || j - i > 40) {
+        return -1;
+    }
+    j = skip_space(t, j);
+    if (j >= t->len || (AT(t, j) != ':' && AT(t, j) != '=')) {
+        return -1;
+    }
+    j = skip_space(t, j + 1);
+    return j < t->len ? j + 1 : -1;
+}
+
+/* ``^\s*(?:[-*•]|\d{1,3}[.)])\s+\S`` at ``p`` */
+static Py_ssize_t match_bullet(const Text *t, Py_ssize_t p)
+{
+    Py_ssize_t i = skip_space(t, p), j = i;
+    if (i >= t->len) {
+        return -1;
+    }
+    Py_UCS4 c = AT(t, i);
+    if (c == '-' || c == '*' || c == 0x2022) {
+        j = i + 1;
+    }
+    else {
+        while (j < t->len && j - i <= 3 && is_decimal(AT(t, j))) {
+            j++;
+        }
+        if (j == i || j - i > 3 || j >= t->len || (AT(t, j) != '.' && AT(t, j) != ')')) {
+            return -1;
+        }
+        j++;
+    }
+    if (j >= t->len || !is_space(AT(t, j))) {
+        return -1;
+    }
+    j = skip_space(t, j);
+    return j < t->len ? j + 1 : -1;
+}
+
+/* a letter of a pattern compiled with IGNORECASE: ``re`` compares the simple lower case of the character,
+   and for "i" and "s" also takes the dotless i and the long s (``re._casefix``) */
+static inline int letter_matches(Py_UCS4 c, Py_UCS4 letter)
+{
+    Py_UCS4 lo = Py_UNICODE_TOLOWER(c);
+    return lo == letter || (letter == 'i' && lo == 0x131) || (letter == 's' && lo == 0x17f);
+}
+
+static const char *const speaker_words[] = {"human", "user",  "assistant", "system", "ai", "bot", "customer",
+                                            "agent", "me",    "you",       "q",      "a",  NULL};
+static const Py_UCS4 speaker_cjk[][2] = {{0x7528, 0x6237}, {0x52a9, 0x624b}}; /* 用户, 助手 */
+
+/* ``^\s*(?:human|user|...|a|用户|助手)\s*[:：]`` with IGNORECASE at ``p``: the alternatives in order, each
+   followed by the rest of the pattern (a word that is a prefix of another is followed by a letter where
+   the other matches, which the rest refuses, so the first that matches is the only one) */
+static Py_ssize_t match_speaker(const Text *t, Py_ssize_t p)
+{
+    Py_ssize_t i = skip_space(t, p);
+    for (int w = 0; w < 14; w++) {
+        Py_ssize_t j = i;
+        int ok = 1;
+        if (w < 12) {
+            for (const char *s = speaker_words[w]; *s; s++, j++) {
+                if (j >= t->len || !letter_matches(AT(t, j), (Py_UCS4)*s)) {
+                    ok = 0;
+                    break;
+                }
+            }
+        }
+        else {
+            for (int k = 0; k < 2; k++, j++) {
+                if (j >= t->len || AT(t, j) != speaker_cjk[w - 12][k]) {
+                    ok = 0;
+                    break;
+                }
+            }
+        }
+        if (!ok) {
+            continue;
+        }
+        j = skip_space(t, j);
+        if (j < t->len && (AT(t, j) == ':' || AT(t, j) == 0xff1a)) {
+            return j + 1;
+        }
+    }
+    return -1;
+}
+
+/* ``len(pattern.findall(text))`` for a pattern that starts with ``^`` under MULTILINE: tried at the start
+   and after each "\n", from the end of the previous match on */
+static Py_ssize_t count_at_line_starts(const Text *t, Py_ssize_t (*match)(const Text *, Py_ssize_t))
+{
+    Py_ssize_t count = 0, p = 0;
+    while (p < t->len) {
+        if (p == 0 || AT(t, p - 1) == '\n') {
+            Py_ssize_t end = match(t, p);
+            if (end >= 0) {
+                count++;
+                p = end;
+                continue;
+            }
+        }
+        p++;
+    }
+    return count;
+}
+
+/* the end of ``\d+(?:\.\d+)?`` from the digit at ``i`` (maximal runs: a shorter one leaves a digit where the
+   rest of ``_NUMSEQ`` needs a separator) */
+static Py_ssize_t number_end(const Py_UCS4 *s, Py_ssize_t n, Py_ssize_t i)
+{
+    while (i < n && is_decimal(s[i])) {
+        i++;
+    }
+    if (i + 1 < n && s[i] == '.' && is_decimal(s[i + 1])) {
+        i++;
+        while (i < n && is_decimal(s[i])) {
+            i++;
+        }
+    }
+    return i;
+}
+
+/* ``_NUMSEQ.search(s) is not None``: ``\d+(?:\.\d+)?(?:\s*[,;]\s*-?\d+(?:\.\d+)?){3,}`` somewhere. Each
+   part is read greedily (a shorter reading leaves a character the next part refuses), so a match exists
+   where one starts at the start of a run of digits and reads three separated numbers after the first. */
+static int has_number_sequence(const Py_UCS4 *s, Py_ssize_t n)
+{
+    for (Py_ssize_t start = 0; start < n; start++) {
+        if (!is_decimal(s[start]) || (start > 0 && is_decimal(s[start - 1]))) {
+            continue;
+        }
+        Py_ssize_t j = number_end(s, n, start);
+        for (int reps = 0;; reps++) {
+            if (reps >= 3) {
+                return 1;
+            }
+            Py_ssize_t k = j;
+            while (k < n && is_space(s[k])) {
+                k++;
+            }
+            if (k >= n || (s[k] != ',' && s[k] != ';')) {
+                break;
+            }
+            k++;
+            while (k < n && is_space(s[k])) {
+                k++;
+            }
+            if (k < n && s[k] == '-') {
+                k++;
+            }
+            if (k >= n || !is_decimal(s[k])) {
+                break;
+            }
+            j = number_end(s, n, k);
+        }
+    }
+    return 0;
+}
+
+/* the stripped extent of ``t[start:end]`` (``str.strip``) */
+static void strip_range(const Text *t, Py_ssize_t *start, Py_ssize_t *end)
+{
+    while (*start < *end && is_space(AT(t, *start))) {
+        (*start)++;
+    }
+    while (*end > *start && is_space(AT(t, *end - 1))) {
+        (*end)--;
+    }
+}
+
+typedef struct {
+    Py_ssize_t start, end; /* the line, stripped */
+    uint64_t hash;
+    Py_ssize_t count; /* lines like it so far: in the table's slots only */
+} Line;
+
+static int same_line(const Text *t, const Line *a, const Line *b)
+{
+    Py_ssize_t n = a->end - a->start;
+    if (n != b->end - b->start) {
+        return 0;
+    }
+    return memcmp((const char *)t->data + a->start * t->kind, (const char *)t->data + b->start * t->kind,
+                  (size_t)n * (size_t)t->kind) == 0;
+}
+
+static inline int ends_with_question(Py_UCS4 c)
+{
+    /* ``_QUESTION_ENDS``: Latin, CJK, Arabic, Greek (";" and U+037E) and Devanagari question marks */
+    return c == '?' || c == 0xff1f || c == 0x061f || c == ';' || c == 0x037e || c == 0x0964;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *names; /* tuple: N_BASE base names, N_LAYOUT layout names, then the cue and context names */
+    Py_ssize_t n_cues, n_context;
+} DenseReader;
+
+static void DenseReader_dealloc(DenseReader *self)
+{
+    Py_XDECREF(self->names);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int DenseReader_init(DenseReader *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"base", "layout", "cues", "context", NULL};
+    PyObject *parts[4];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!", kwlist, &PyTuple_Type, &parts[0], &PyTuple_Type,
+                                     &parts[1], &PyTuple_Type, &parts[2], &PyTuple_Type, &parts[3])) {
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(parts[0]) != N_BASE || PyTuple_GET_SIZE(parts[1]) != N_LAYOUT) {
+        PyErr_Format(PyExc_ValueError, "expected %d base and %d layout names", N_BASE, N_LAYOUT);
+        return -1;
+    }
+    PyObject *names = PyTuple_New(N_BASE + N_LAYOUT + PyTuple_GET_SIZE(parts[2]) + PyTuple_GET_SIZE(parts[3]));
+    if (names == NULL) {
+        return -1;
+    }
+    Py_ssize_t at = 0;
+    for (int p = 0; p < 4; p++) {
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(parts[p]); k++) {
+            PyObject *name = PyTuple_GET_ITEM(parts[p], k);
+            if (!PyUnicode_CheckExact(name)) {
+                Py_DECREF(names);
+                PyErr_SetString(PyExc_TypeError, "names must be str");
+                return -1;
+            }
+            PyTuple_SET_ITEM(names, at++, Py_NewRef(name));
+        }
+    }
+    Py_XSETREF(self->names, names);
+    self->n_cues = PyTuple_GET_SIZE(parts[2]);
+    self->n_context = PyTuple_GET_SIZE(parts[3]);
+    return 0;
+}
+
+static int set_value(PyObject *out, PyObject *name, double value)
+{
+    PyObject *v = PyFloat_FromDouble(value);
+    if (v == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(out, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* the values of a tuple of cue floats under their names */
+static int set_flags(PyObject *out, PyObject *names, Py_ssize_t at, PyObject *values, Py_ssize_t n)
+{
+    if (!PyTuple_Check(values) || PyTuple_GET_SIZE(values) != n) {
+        PyErr_Format(PyExc_ValueError, "expected a tuple of %zd cue values", n);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (PyDict_SetItem(out, PyTuple_GET_ITEM(names, at + k), PyTuple_GET_ITEM(values, k)) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(read_doc,
+             "read(text, scanned, n_tokens, hashes, code_kw, cues, context_cues, turns, has_system, "
+             "context_len) -> dict\n\n"
+             "The structural cues of ``features._dense``: the same keys in the same order, the same floats.");
+
+static PyObject *DenseReader_read(DenseReader *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read(text: str, scanned: str, n_tokens: int, hashes: int, code_kw: int, cues: tuple, "
+                        "context_cues: tuple | None, turns: int, has_system: bool, context_len: int)");
+        return NULL;
+    }
+    if (self->names == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dense reader not initialised");
+        return NULL;
+    }
+    PyObject *text_obj = args[0], *scanned_obj = args[1];
+    Py_ssize_t n_tokens = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t hashes = n_tokens == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[3]);
+    Py_ssize_t code_kw = hashes == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[4]);
+    Py_ssize_t turns = code_kw == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[7]);
+    int has_system = turns == -1 && PyErr_Occurred() ? -1 : PyObject_IsTrue(args[8]);
+    Py_ssize_t context_len = has_system < 0 ? -1 : PyLong_AsSsize_t(args[9]);
+    if (context_len == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (MAKE_READY(text_obj) == -1 || MAKE_READY(scanned_obj) == -1) {
+        return NULL;
+    }
+    /* math.log1p refuses -1 and below, as for a view of no messages */
+    if (turns < 1 || code_kw < 0) {
+        PyErr_SetString(PyExc_ValueError, "math domain error");
+        return NULL;
+    }
+    Text text = {PyUnicode_KIND(text_obj), PyUnicode_DATA(text_obj), PyUnicode_GET_LENGTH(text_obj)};
+    Text sc = {PyUnicode_KIND(scanned_obj), PyUnicode_DATA(scanned_obj), PyUnicode_GET_LENGTH(scanned_obj)};
+    const Text *s = &sc;
+
+    /* one pass over the window: its counts, its UTF-8 size, its lines */
+    Py_ssize_t symbols = 0, questions = 0, json_keys = 0, indent = 0, paragraphs = 0, utf8 = 0;
+    int fence = 0, colon = 0, equals = 0, bullet_mark = 0, surrogate = 0, multiline = 0;
+    Py_ssize_t n_lines = 1;
+    for (Py_ssize_t i = 0; i < s->len; i++) {
+        Py_UCS4 c = AT(s, i);
+        if (c < 128) {
+            utf8 += 1;
+            switch (c) {
+            case '{': case '}': case '[': case ']': case '(': case ')': case ';': case '=': case '<':
+            case '>': case '|': case '$': case '\\': case '`':
+                symbols++;
+                break;
+            default:
+                break;
+            }
+            switch (c) {
+            case '?':
+                questions++;
+                break;
+            case ':':
+                colon = 1;
+                break;
+            case '=':
+                equals = 1;
+                break;
+            case '-': case '*':
+                bullet_mark = 1;
+                break;
+            case '`':
+                fence = fence || (i + 2 < s->len && AT(s, i + 1) == '`' && AT(s, i + 2) == '`');
+                break;
+            case '"': case '\'':
+                json_keys += i + 1 < s->len && AT(s, i + 1) == ':';
+                break;
+            case '\n':
+                multiline = 1;
+                n_lines++;
+                if (i + 1 < s->len) {
+                    Py_UCS4 d = AT(s, i + 1);
+                    indent += d == '\t' || (d == ' ' && i + 4 < s->len && AT(s, i + 2) == ' ' &&
+                                            AT(s, i + 3) == ' ' && AT(s, i + 4) == ' ');
+                }
+                break;
+            default:
+                break;
+            }
+        }
+        else {
+            utf8 += c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+            surrogate = surrogate || (c >= 0xd800 && c <= 0xdfff);
+            questions += c == 0xff1f;
+            colon = colon || c == 0xff1a;
+            bullet_mark = bullet_mark || c == 0x2022;
+        }
+    }
+    if (surrogate) {
+        /* ``scanned.encode()`` refuses a lone surrogate: the same error */
+        PyObject *encoded = PyUnicode_AsUTF8String(scanned_obj);
+        Py_XDECREF(encoded);
+        if (encoded == NULL) {
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i + 1 < s->len; i++) { /* "\n\n" counted without overlaps, as str.count does */
+        if (AT(s, i) == '\n' && AT(s, i + 1) == '\n') {
+            paragraphs++;
+            i++;
+        }
+    }
+
+    /* the stripped, non-empty lines: how many, how many distinct, the most repeated, the tabular ones */
+    Line stack_lines[256], stack_slots[512];
+    Line *lines = stack_lines, *slots = stack_slots;
+    size_t n_slots = slots_for(n_lines);
+    if (n_lines > 256 || n_slots > 512) {
+        lines = PyMem_Malloc(sizeof(Line) * (size_t)n_lines);
+        slots = PyMem_Calloc(n_slots, sizeof(Line));
+        if (lines == NULL || slots == NULL) {
+            PyMem_Free(lines);
+            PyMem_Free(slots);
+            return PyErr_NoMemory();
+        }
+    }
+    else {
+        memset(stack_slots, 0, sizeof(Line) * n_slots);
+    }
+    Py_ssize_t nonempty = 0, distinct = 0, max_rep = 0, tabular = 0;
+    for (Py_ssize_t start = 0; start <= s->len;) {
+        Py_ssize_t end = start;
+        while (end < s->len && AT(s, end) != '\n') {
+            end++;
+        }
+        Py_ssize_t a = start, b = end;
+        start = end + 1;
+        strip_range(s, &a, &b);
+        if (a == b) {
+            continue;
+        }
+        Line line = {a, b, FNV_OFFSET ^ (uint64_t)(b - a), 0};
+        Py_ssize_t commas = 0, bars = 0, tabs = 0;
+        for (Py_ssize_t i = a; i < b; i++) {
+            Py_UCS4 c = AT(s, i);
+            line.hash = (line.hash ^ (uint64_t)c) * FNV_PRIME;
+            commas += c == ',';
+            bars += c == '|';
+            tabs += c == '\t';
+        }
+        line.hash = finish(line.hash);
+        tabular += commas >= 2 || bars >= 2 || tabs >= 2;
+        lines[nonempty++] = line;
+        size_t k = (size_t)line.hash & (n_slots - 1);
+        while (slots[k].count != 0 && !(slots[k].hash == line.hash && same_line(s, &slots[k], &line))) {
+            k = (k + 1) & (n_slots - 1);
+        }
+        if (slots[k].count == 0) {
+            slots[k] = line;
+            distinct++;
+        }
+        slots[k].count++;
+        if (slots[k].count > max_rep) {
+            max_rep = slots[k].count;
+        }
+    }
+    if (lines != stack_lines) {
+        PyMem_Free(lines);
+        PyMem_Free(slots);
+    }
+    Py_ssize_t nl = nonempty > 1 ? nonempty : 1;
+
+    /* the text without its trailing white space */
+    Py_ssize_t end = text.len;
+    while (end > 0 && is_space(AT(&text, end - 1))) {
+        end--;
+    }
+    Py_UCS4 last_char = end > 0 ? AT(&text, end - 1) : 0;
+
+    double numseq = 0.0;
+    if (hashes) {
+        /* ``text[:HEAD_NS] + "\n" + text[-TAIL_NS:]`` */
+        Py_UCS4 instruction[HEAD_NS + 1 + TAIL_NS];
+        Py_ssize_t n = 0, separators = 0;
+        Py_ssize_t head = text.len < HEAD_NS ? text.len : HEAD_NS;
+        Py_ssize_t tail = text.len < TAIL_NS ? text.len : TAIL_NS;
+        for (Py_ssize_t i = 0; i < head; i++) {
+            instruction[n++] = AT(&text, i);
+        }
+        instruction[n++] = '\n';
+        for (Py_ssize_t i = text.len - tail; i < text.len; i++) {
+            instruction[n++] = AT(&text, i);
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            separators += instruction[i] == ',' || instruction[i] == ';';
+        }
+        if (separators >= 3 && has_number_sequence(instruction, n)) {
+            numseq = 1.0;
+        }
+    }
+    double non_ascii = 0.0;
+    if (utf8 != s->len) { /* ``scanned[:600]`` is the whole window: at most HEAD + TAIL + 1 characters */
+        Py_ssize_t head = s->len < 600 ? s->len : 600;
+        Py_ssize_t size = utf8;
+        if (head < s->len) {
+            size = 0;
+            for (Py_ssize_t i = 0; i < head; i++) {
+                Py_UCS4 c = AT(s, i);
+                size += c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+            }
+        }
+        if (size != head) {
+            double x = (double)(size - head) / (double)(2 * (head > 1 ? head : 1));
+            non_ascii = x < 1.0 ? x : 1.0;
+        }
+    }
+    Py_ssize_t n = s->len > 1 ? s->len : 1;
+    double symbols_v = 0.0, digits_v = 0.0;
+    if (symbols) {
+        double x = 12.0 * (double)symbols / (double)n;
+        symbols_v = x < 1.0 ? x : 1.0;
+    }
+    if (hashes) {
+        double x = 3.0 * (double)hashes / (double)(n_tokens > 1 ? n_tokens : 1);
+        digits_v = x < 1.0 ? x : 1.0;
+    }
+    double base[N_BASE] = {
+        log1p((double)text.len) / 9.0,
+        log1p((double)nonempty) / 5.0,
+        (double)(nonempty - distinct) / (double)nl,
+        max_rep > 1 ? log1p((double)(max_rep - 1)) / 3.0 : 0.0,
+        fence ? 1.0 : 0.0,
+        symbols_v,
+        multiline ? (double)indent / (double)nl : 0.0,
+        colon ? log1p((double)json_keys) / 3.0 : 0.0,
+        colon || equals ? (double)count_at_line_starts(s, match_kv) / (double)nl : 0.0,
+        hashes || bullet_mark ? (double)count_at_line_starts(s, match_bullet) / (double)nl : 0.0,
+        (double)tabular / (double)nl,
+        digits_v,
+        numseq,
+        log1p((double)code_kw) / 2.5,
+        last_char == '?' || last_char == 0xff1f ? 1.0 : 0.0,
+        questions ? log1p((double)questions) / 2.5 : 0.0,
+        colon ? log1p((double)count_at_line_starts(s, match_speaker)) / 2.5 : 0.0,
+        multiline ? log1p((double)paragraphs) / 3.0 : 0.0,
+        non_ascii,
+        log1p((double)(turns - 1)) / 3.0,
+        has_system ? 1.0 : 0.0,
+        context_len ? log1p((double)context_len) / 9.0 : 0.0,
+        end == 0 ? 1.0 : 0.0,
+    };
+    PyObject *out = PyDict_New();
+    if (out == NULL) {
+        return NULL;
+    }
+    for (int k = 0; k < N_BASE; k++) {
+        if (set_value(out, PyTuple_GET_ITEM(self->names, k), base[k]) < 0) {
+            goto fail;
+        }
+    }
+    if (multiline && end > CHAR_HEAD + CHAR_TAIL) {
+        /* ``_layout``: a short last or first line around the pasted material, and how it ends */
+        Py_ssize_t cut = PyUnicode_FindChar(text_obj, '\n', 0, end, 1);
+        if (cut == -2) {
+            goto fail;
+        }
+        if (cut >= 0) {
+            Py_ssize_t from = PyUnicode_FindChar(text_obj, '\n', 0, end, -1);
+            if (from == -2) {
+                goto fail;
+            }
+            Py_ssize_t ranges[2][2] = {{from + 1, end}, {0, cut}}; /* the last line, then the first */
+            for (int r = 0; r < 2; r++) {
+                Py_ssize_t a = ranges[r][0], b = ranges[r][1];
+                strip_range(&text, &a, &b);
+                if (b - a < 1 || b - a > 300) {
+                    continue;
+                }
+                PyObject *const *names = &PyTuple_GET_ITEM(self->names, N_BASE + 3 * r);
+                Py_UCS4 c = AT(&text, b - 1);
+                if (set_value(out, names[0], 1.0) < 0) {
+                    goto fail;
+                }
+                if (ends_with_question(c) || c == ':' || c == 0xff1a) {
+                    if (set_value(out, names[ends_with_question(c) ? 1 : 2], 1.0) < 0) {
+                        goto fail;
+                    }
+                }
+            }
+        }
+    }
+    if (set_flags(out, self->names, N_BASE + N_LAYOUT, args[5], self->n_cues) < 0) {
+        goto fail;
+    }
+    if (args[6] != Py_None &&
+        set_flags(out, self->names, N_BASE + N_LAYOUT + self->n_cues, args[6], self->n_context) < 0) {
+        goto fail;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef DenseReader_methods[] = {
+    {"read", (PyCFunction)(void (*)(void))DenseReader_read, METH_FASTCALL, read_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(DenseReader_doc,
+             "DenseReader(base, layout, cues, context)\n\n"
+             "The structural cues of a prompt under these names: 23 base cues, the 6 layout cues, then the cue "
+             "lexicons' and the chat context's lexicons' names.");
+
+static PyTypeObject DenseReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "classifiers._grams.DenseReader",
+    .tp_basicsize = sizeof(DenseReader),
+    .tp_dealloc = (destructor)DenseReader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = DenseReader_doc,
+    .tp_methods = DenseReader_methods,
+    .tp_init = (initproc)DenseReader_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- the dense cues' weighted sum ------------------------------------------------------------------- */
+
+PyDoc_STRVAR(weighted_sum_doc,
+             "weighted_sum(weights, values) -> float\n\n"
+             "``sum(map(mul, map(weights.get, values, repeat(0.0)), values.values()))`` for dicts of floats: "
+             "the same products added in the same order, as the running interpreter's ``sum`` adds them. "
+             "TypeError where a weight or a value is not a float.");
+
+static PyObject *weighted_sum(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "weighted_sum(weights: dict, values: dict)");
+        return NULL;
+    }
+    PyObject *weights = args[0], *values = args[1];
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    double total = 0.0;
+#if PY_VERSION_HEX >= 0x030C0000
+    /* from 3.12 ``sum`` adds floats with Neumaier's compensation, the first one plainly (``0 + x``) */
+    double compensation = 0.0;
+    int first = 1;
+#endif
+    while (PyDict_Next(values, &pos, &key, &value)) {
+        PyObject *w = PyDict_GetItemWithError(weights, key); /* borrowed */
+        if (w == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (!PyFloat_CheckExact(value) || (w != NULL && !PyFloat_CheckExact(w))) {
+            PyErr_SetString(PyExc_TypeError, "weighted_sum adds floats only");
+            return NULL;
+        }
+        double x = (w == NULL ? 0.0 : PyFloat_AS_DOUBLE(w)) * PyFloat_AS_DOUBLE(value);
+#if PY_VERSION_HEX >= 0x030C0000
+        if (first) {
+            total = 0.0 + x;
+            first = 0;
+            continue;
+        }
+        double t = total + x;
+        if (fabs(total) >= fabs(x)) {
+            compensation += (total - t) + x;
+        }
+        else {
+            compensation += (x - t) + total;
+        }
+        total = t;
+#else
+        total += x;
+#endif
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    if (compensation != 0.0 && isfinite(compensation)) {
+        total += compensation;
+    }
+#endif
+    return PyFloat_FromDouble(total);
+}
+
+/* ---- the character windows' normal form ------------------------------------------------------------
+ *
+ * ``features._norm_py``: lower case (``str.lower``, its full mapping: a character may lower to two), the
+ * ASCII digits 1-9 folded to 0, white space runs (``str.isspace``) to one space and none at the ends. An
+ * ASCII text is lowered here; any other goes through ``str.lower`` itself, then one pass folds and joins. */
+
+static PyObject *lower_name; /* "lower" */
+
+PyDoc_STRVAR(norm_doc,
+             "norm(text) -> str\n\n"
+             "``text`` lower-cased, the ASCII digits 1-9 folded to 0, white space runs to one space, stripped: "
+             "``\" \".join(re.sub(\"[1-9]\", \"0\", text.lower()).split())``.");
+
+static PyObject *norm(PyObject *module, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "norm(text: str)");
+        return NULL;
+    }
+    if (MAKE_READY(text) == -1) {
+        return NULL;
+    }
+    int ascii = PyUnicode_IS_ASCII(text);
+    PyObject *low = ascii ? Py_NewRef(text) : PyObject_CallMethodNoArgs(text, lower_name);
+    if (low == NULL) {
+        return NULL;
+    }
+    if (!PyUnicode_Check(low) || MAKE_READY(low) == -1) {
+        Py_DECREF(low);
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "str.lower gave no str");
+        }
+        return NULL;
+    }
+    Text t = {PyUnicode_KIND(low), PyUnicode_DATA(low), PyUnicode_GET_LENGTH(low)};
+    /* the first pass sizes the result (its length and widest character, for a str in its canonical form),
+       the second writes it */
+    Py_ssize_t n = 0;
+    Py_UCS4 maxchar = 0;
+    PyObject *out = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        void *dst = out == NULL ? NULL : PyUnicode_DATA(out);
+        int dst_kind = out == NULL ? 0 : PyUnicode_KIND(out);
+        Py_ssize_t at = 0;
+        int gap = 0;
+        for (Py_ssize_t i = 0; i < t.len; i++) {
+            Py_UCS4 c = AT(&t, i);
+            if (ascii && c >= 'A' && c <= 'Z') {
+                c += 'a' - 'A';
+            }
+            else if (c >= '1' && c <= '9') {
+                c = '0';
+            }
+            if (is_space(c)) {
+                gap = at > 0;
+                continue;
+            }
+            if (gap) {
+                if (dst != NULL) {
+                    PyUnicode_WRITE(dst_kind, dst, at, ' ');
+                }
+                at++;
+                gap = 0;
+            }
+            if (dst != NULL) {
+                PyUnicode_WRITE(dst_kind, dst, at, c);
+            }
+            else if (c > maxchar) {
+                maxchar = c;
+            }
+            at++;
+        }
+        if (pass == 0) {
+            n = at;
+            if (n > 0 && maxchar < ' ') {
+                maxchar = ' ';
+            }
+            out = PyUnicode_New(n, maxchar);
+            if (out == NULL || n == 0) {
+                break;
+            }
+        }
+    }
+    Py_DECREF(low);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"word_grams", (PyCFunction)word_grams, METH_O, word_grams_doc},
     {"word_hashes", (PyCFunction)(void (*)(void))word_hashes, METH_FASTCALL, word_hashes_doc},
+    {"weighted_sum", (PyCFunction)(void (*)(void))weighted_sum, METH_FASTCALL, weighted_sum_doc},
+    {"norm", (PyCFunction)norm, METH_O, norm_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -588,13 +1379,14 @@ static struct PyModuleDef grams_module = {
 
 PyMODINIT_FUNC PyInit__grams(void)
 {
-    if (PyType_Ready(&GramTableType) < 0) {
+    if (PyType_Ready(&GramTableType) < 0 || PyType_Ready(&DenseReaderType) < 0) {
         return NULL;
     }
     if (hash_token == NULL) {
         hash_token = PyUnicode_InternFromString("#");
         space = PyUnicode_InternFromString(" ");
-        if (hash_token == NULL || space == NULL) {
+        lower_name = PyUnicode_InternFromString("lower");
+        if (hash_token == NULL || space == NULL || lower_name == NULL) {
             return NULL;
         }
     }
@@ -605,6 +1397,12 @@ PyMODINIT_FUNC PyInit__grams(void)
     Py_INCREF(&GramTableType);
     if (PyModule_AddObject(m, "GramTable", (PyObject *)&GramTableType) < 0) {
         Py_DECREF(&GramTableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&DenseReaderType);
+    if (PyModule_AddObject(m, "DenseReader", (PyObject *)&DenseReaderType) < 0) {
+        Py_DECREF(&DenseReaderType);
         Py_DECREF(m);
         return NULL;
     }

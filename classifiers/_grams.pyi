@@ -1,3 +1,5 @@
+from collections.abc import Sequence
+
 class GramTable:
     """A model namespace's gram -> weight table, keyed by the grams' hashes (classifiers/_grams.c)."""
 
@@ -18,3 +20,35 @@ def word_hashes(text: str, bigrams: bool, /) -> tuple[bytes, int, int, tuple[str
     """The distinct word grams of ``text`` (tokens, and with ``bigrams`` each two neighbours joined by a
     space) as packed 8-byte hashes; the number of tokens; how many are ``#``; the first two all-letter
     tokens of the first six."""
+
+class DenseReader:
+    """The structural cues of ``features._dense`` under these names (classifiers/_grams.c): 23 base cues, the
+    6 layout cues, then the cue lexicons' and the chat context's lexicons' names."""
+
+    def __init__(
+        self, base: tuple[str, ...], layout: tuple[str, ...], cues: tuple[str, ...], context: tuple[str, ...]
+    ) -> None: ...
+    def read(
+        self,
+        text: str,
+        scanned: str,
+        n_tokens: int,
+        hashes: int,
+        code_kw: int,
+        cues: Sequence[float],
+        context_cues: Sequence[float] | None,
+        turns: int,
+        has_system: bool,
+        context_len: int,
+        /,
+    ) -> dict[str, float]:
+        """``features._dense`` with the view's fields it reads: the same keys in the same order, the same
+        floats."""
+
+def weighted_sum(weights: dict[str, float], values: dict[str, float], /) -> float:
+    """``sum(map(mul, map(weights.get, values, repeat(0.0)), values.values()))``, added as the running
+    interpreter's ``sum`` adds floats; TypeError where a weight or a value read is not a float."""
+
+def norm(text: str, /) -> str:
+    """``text`` lower-cased, the ASCII digits 1-9 folded to 0, white space runs to one space, stripped:
+    ``features._norm_py``."""

@@ -203,7 +203,7 @@ def window(text: str) -> str:
     return text[:HEAD] + "\n" + text[-TAIL:]
 
 
-def _norm(text: str) -> str:
+def _norm_py(text: str) -> str:
     """Lower case, digits folded to 0, whitespace runs to one space: all C-speed ``str`` methods.
 
     The fold runs only on a text with a digit to fold: a regex search costs a tenth of ``str.translate``
@@ -213,6 +213,19 @@ def _norm(text: str) -> str:
     if _NONZERO_DIGIT.search(low):
         low = _NONZERO_DIGIT.sub("0", low)
     return " ".join(low.split())
+
+
+def _c_norm() -> Callable[[str], str]:
+    """``classifiers._grams.norm`` where the package was built with it: the same text in one pass
+    (``str.lower`` still lowers a text outside ASCII); otherwise the Python definition."""
+    try:
+        from classifiers._grams import norm
+    except ImportError:
+        return _norm_py
+    return norm
+
+
+_norm = _c_norm()
 
 
 def _chars(text: str, orders: tuple[int, ...]) -> set[str]:
@@ -468,6 +481,57 @@ def _dense(
     return out
 
 
+# the keys of ``_dense`` before the layout cues, in order, and the layout cues' keys (``_layout``): the C
+# reader writes the same dict under these names
+DENSE_BASE = (
+    "len",
+    "lines",
+    "dup_lines",
+    "max_rep",
+    "fence",
+    "symbols",
+    "indent",
+    "json_keys",
+    "kv_lines",
+    "bullets",
+    "tabular",
+    "digits",
+    "numseq",
+    "code_kw",
+    "question_end",
+    "questions",
+    "speakers",
+    "paragraphs",
+    "non_ascii",
+    "turns",
+    "system",
+    "context_len",
+    "empty",
+)
+DENSE_LAYOUT = tuple(
+    f"layout_{end}_{what}" for end in ("last", "first") for what in ("line", "question", "colon")
+)
+# ``DenseReader.read``: ``_dense``'s inputs with the view's fields it reads (turns, system prompt, context)
+DenseRead = Callable[
+    [str, str, int, int, int, Sequence[float], Sequence[float] | None, int, bool, int], dict[str, float]
+]
+
+
+def _c_dense() -> DenseRead | None:
+    """``_dense`` in C (``classifiers._grams.DenseReader``) where the package was built with it: the same
+    dict, key for key and float for float, in one pass over the window
+    (tests/classifiers/test_grams_dense.py); None otherwise, and ``_dense`` computes them."""
+    try:
+        from classifiers._grams import DenseReader
+    except ImportError:
+        return None
+    read: DenseRead = DenseReader(DENSE_BASE, DENSE_LAYOUT, tuple(_CUE_NAMES), tuple(_CONTEXT_NAMES)).read
+    return read
+
+
+DENSE_READ = _c_dense()
+
+
 _QUESTION_ENDS = ("?", "？", "؟", ";", "\u037e", "।")  # Latin, CJK, Arabic, Greek, Devanagari question marks
 
 
@@ -582,7 +646,21 @@ def extract(
     if len(text) <= CHAR_HEAD:
         ct = ch  # one window: one object, as the twin namespaces' sets are one object
     cx = _norm(ctx[:CHAR_CONTEXT]) if with_context else ""
-    dense = _dense(text, scanned, n_tokens, hashes, code_kw, cues, context_cues, view)
+    if DENSE_READ is None:
+        dense = _dense(text, scanned, n_tokens, hashes, code_kw, cues, context_cues, view)
+    else:
+        dense = DENSE_READ(
+            text,
+            scanned,
+            n_tokens,
+            hashes,
+            code_kw,
+            cues,
+            context_cues,
+            view.turns,
+            view.has_system,
+            len(ctx),
+        )
     if not char_grams:
         sparse.update(ch=set(), ct=set(), cb=set(), cx=set())
         chars = {"ch": ch, "ct": ct, "cb": cb if "cb" in namespaces else "", "cx": cx}

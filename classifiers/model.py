@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import repeat
@@ -40,6 +40,26 @@ def _gram_table() -> type[GramTable] | None:
 
 
 GRAM_TABLE = _gram_table()
+
+
+def _python_weighted_sum(weights: dict[str, float], values: dict[str, float]) -> float:
+    """The dense cues times their weights, in the cues' order: map/sum run in C; a missing weight is 0.0."""
+    total: float = sum(map(mul, map(weights.get, values, repeat(0.0, len(values))), values.values()))
+    return total
+
+
+def _c_weighted_sum() -> Callable[[dict[str, float], dict[str, float]], float] | None:
+    """``classifiers._grams.weighted_sum``: the same products added in the same order by the interpreter's
+    own ``sum`` rules, without an iterator or a float object per cue; None where the extension is missing."""
+    try:
+        from classifiers._grams import weighted_sum
+    except ImportError:
+        return None
+    c_sum: Callable[[dict[str, float], dict[str, float]], float] = weighted_sum
+    return c_sum
+
+
+WEIGHTED_SUM = _c_weighted_sum()
 
 MODEL_FILE = Path(__file__).parent / "model" / "model.json.gz"
 FORMAT_VERSION = 3  # 3 added the calibration table; 2 (without it) still loads
@@ -143,8 +163,14 @@ class Classifier:
         init=False, repr=False, compare=False
     )
 
+    # ``WEIGHTED_SUM`` where every dense weight is a float (those of a loaded model are); None otherwise
+    _weighted_sum: Callable[[dict[str, float], dict[str, float]], float] | None = field(
+        init=False, repr=False, compare=False
+    )
+
     def __post_init__(self) -> None:
         self.used = frozenset(ns for ns, table in self.sparse.items() if table)
+        self._weighted_sum = WEIGHTED_SUM if all(type(w) is float for w in self.dense.values()) else None
         twin_of: dict[str, tuple[str, dict[str, float] | None]] = {}
         for a, b in TWINS:
             ta, tb = self.sparse.get(a), self.sparse.get(b)
@@ -217,9 +243,12 @@ class Classifier:
                 table = merged
             # map/sum run in C; a miss adds 0.0
             z += sum(map(table.get, grams, repeat(0.0, len(grams)))) / math.sqrt(len(grams))
-        dense = f.dense
-        cues: float = sum(map(mul, map(self.dense.get, dense, repeat(0.0, len(dense))), dense.values()))
-        return z + cues
+        if self._weighted_sum is None:
+            return z + _python_weighted_sum(self.dense, f.dense)
+        try:
+            return z + self._weighted_sum(self.dense, f.dense)
+        except TypeError:  # a cue or a weight that is not a float: the interpreter's arithmetic
+            return z + _python_weighted_sum(self.dense, f.dense)
 
     def _char_score(self, chars: dict[str, str]) -> float:
         """The character namespaces' share of ``score``, counted from their window texts by the gram tables.
