@@ -10,7 +10,6 @@ accepts many extras. ``null`` is accepted for every optional field, as the OpenA
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from gateway.api.errors import APIError
@@ -113,16 +112,31 @@ def _wrong_type(param: str, types: tuple[str, ...], value: Any) -> APIError:
     return APIError(400, f"'{param}' must be {expected}", param=param)
 
 
+def whole(value: Any) -> int | None:
+    """The integer a JSON number written as a decimal stands for (``100.0``, ``1e2``), as vLLM reads it;
+    None for a fraction, or past 2**53, where a float no longer tells integers apart (an integer literal
+    past 64 bits also parses as a float, and rounds to one that looks whole)."""
+    if type(value) is float and value.is_integer() and -(2**53) <= value <= 2**53:
+        return int(value)
+    return None
+
+
 def _check_fields(
-    obj: Mapping[str, Any],
+    obj: dict[str, Any],
     allowed: dict[str, frozenset[type]],
     table: dict[str, tuple[str, ...]],
     prefix: str = "",
 ) -> None:
+    wholes = None
     for name, value in obj.items():
         types = allowed.get(name)
         if types is not None and type(value) not in types and type(value) is not _NONE:
+            if "integer" in table[name] and (n := whole(value)) is not None:
+                wholes = {**(wholes or {}), name: n}
+                continue
             raise _wrong_type(prefix + name, table[name], value)
+    if wholes:
+        obj.update(wholes)  # read as integers from here on (the body forwarded as sent says the same)
 
 
 def _check(value: Any, param: str, types: tuple[str, ...]) -> None:
@@ -130,16 +144,20 @@ def _check(value: Any, param: str, types: tuple[str, ...]) -> None:
         raise _wrong_type(param, types, value)
 
 
-def check_types(payload: Mapping[str, Any], api: Api) -> None:
-    """Raise a 400 naming the first field whose JSON type the API does not allow."""
+def check_types(payload: dict[str, Any], api: Api) -> None:
+    """Raise a 400 naming the first field whose JSON type the API does not allow.
+
+    An integer field written as a whole decimal (``"max_tokens": 100.0``) is the integer, as vLLM's
+    request models read it, and is replaced by it in ``payload``; a fraction is refused.
+    """
     _check_fields(payload, _ALLOWED[api], FIELDS[api])
     opts = payload.get("stream_options")
     if isinstance(opts, dict):
         _check_fields(opts, _ALLOWED_STREAM_OPTIONS, _STREAM_OPTIONS, "stream_options.")
     if api == "chat":
         _check_messages(payload.get("messages"))
-    else:
-        _check_prompt(payload.get("prompt"))
+    elif payload.get("prompt") is not None or payload.get("prompt_embeds") is None:
+        _check_prompt(payload.get("prompt"))  # a prompt given as embeddings alone is vLLM's to read
 
 
 _CONTENT = frozenset((str, list, _NONE))

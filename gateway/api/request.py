@@ -258,7 +258,7 @@ def json_object(body: bytes) -> dict[str, Any]:
 def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
     payload = json_object(body)
     field = REQUIRED[api]
-    if payload.get(field) is None:
+    if payload.get(field) is None and not _embeds_only(payload, api):
         raise APIError(400, f"'{field}' is a required property", param=field)
     check_types(payload, api)
     model = payload.get("model")
@@ -267,6 +267,12 @@ def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
         shown = model if len(model) <= 256 else model[:256] + "..."
         raise APIError(404, f"The model `{shown}` does not exist. Valid models: {known}.", param="model")
     return payload
+
+
+def _embeds_only(payload: dict[str, Any], api: Api) -> bool:
+    """A completion whose prompt comes as embeddings (vLLM started with ``--enable-prompt-embeds``):
+    vLLM asks for ``prompt`` or ``prompt_embeds``."""
+    return api == "completions" and payload.get("prompt_embeds") is not None
 
 
 def forced_pool(request: Request, allowed: bool) -> PoolName | None:

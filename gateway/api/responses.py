@@ -30,6 +30,7 @@ from gateway.api.errors import (
     error_response,
     responses_error_event,
 )
+from gateway.api.fields import whole
 from gateway.api.request import forced_pool, json_object, request_id, trace_id
 from gateway.api.routes import CUT_AT_SHUTDOWN, Relay, decision_headers, relayed_status, unless_disconnected
 from gateway.routing.policy import Decision, RouteRequest
@@ -60,14 +61,17 @@ _TYPES: dict[str, tuple[type, ...]] = {
 _NAMES = {str: "a string", list: "an array", bool: "a boolean", int: "an integer", dict: "an object"}
 
 
-def check_fields(payload: Mapping[str, Any]) -> None:
-    """A 400 naming the first field of the wrong JSON type; ``input`` is required."""
+def check_fields(payload: dict[str, Any]) -> None:
+    """A 400 naming the first field of the wrong JSON type; ``input`` is required. An integer field
+    written as a whole decimal (``100.0``) is that integer, as for the completion routes."""
     if payload.get("input") is None:
         raise APIError(400, "'input' is a required property", param="input")
     for name, types in _TYPES.items():
         value = payload.get(name)
         if value is None:
             continue
+        if types == (int,) and (n := whole(value)) is not None:
+            payload[name] = value = n
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             expected = "a number" if float in types else " or ".join(_NAMES[t] for t in types)
             raise APIError(400, f"'{name}' must be {expected}", param=name)

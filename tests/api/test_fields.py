@@ -33,3 +33,17 @@ def test_a_field_of_the_wrong_type_is_named_with_what_it_must_be(body: bytes, pa
 def test_integers_within_64_bits_are_integers() -> None:
     check_types(orjson.loads(b'{"prompt": "x", "seed": 9223372036854775807, "max_tokens": 1}'), "completions")
     check_types(orjson.loads(b'{"prompt": "x", "seed": -9223372036854775808}'), "completions")
+
+
+def test_an_integer_written_as_a_whole_decimal_is_that_integer() -> None:
+    payload = orjson.loads(b'{"prompt": "x", "max_tokens": 100.0, "n": 1.0, "seed": 1e2, "temperature": 1.0}')
+    check_types(payload, "completions")
+    assert payload == {"prompt": "x", "max_tokens": 100, "n": 1, "seed": 100, "temperature": 1.0}
+    assert all(type(payload[k]) is int for k in ("max_tokens", "n", "seed"))
+    assert type(payload["temperature"]) is float  # a number field stays as sent
+
+
+def test_a_completion_may_give_its_prompt_as_embeddings_alone() -> None:
+    check_types({"prompt_embeds": "AAAA"}, "completions")
+    with pytest.raises(APIError):  # but a prompt that is given must be one
+        check_types({"prompt": 5, "prompt_embeds": "AAAA"}, "completions")

@@ -195,3 +195,43 @@ async def test_a_client_gone_mid_wait_ends_it_with_499_whichever_way_the_server_
     assert await _abandoned_wait({}, lambda gone: gone.set()) == (499, True)
     # a client already gone before the wait: no work is started
     assert await _abandoned_wait({CLIENT_SCOPE_KEY: client}, lambda gone: None) == (499, False)
+
+
+def test_integer_fields_written_as_whole_decimals_are_the_integers_they_stand_for() -> None:
+    # JSON has one number type: clients that compute a budget send 4.0, and vLLM reads it as 4
+    with InProcess() as stack:
+        for pool in ("baseline", "speculative"):  # the speculative pool's body is rebuilt to be measured
+            for stream in (False, True):
+                body = {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4.0, "n": 1.0, "seed": 7e0}
+                response = stack.request(
+                    "POST",
+                    "/v1/completions",
+                    json={**body, "stream": stream},
+                    headers={"x-specroute-pool": pool},
+                )
+                assert response.status_code == 200, (pool, stream, response.text)
+        answer = stack.request(
+            "POST", "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2.0}
+        )
+        assert answer.json()["usage"]["completion_tokens"] <= 2
+        fraction = stack.request(
+            "POST", "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2.5}
+        )
+        assert fraction.status_code == 400 and fraction.json()["error"]["param"] == "max_tokens"
+        assert "must be an integer" in fraction.json()["error"]["message"]
+        responses = {"model": MODEL, "input": "Say hi.", "max_output_tokens": 4.0}
+        assert stack.request("POST", "/v1/responses", json=responses).status_code == 200
+
+
+def test_a_completion_whose_prompt_comes_as_embeddings_alone_goes_upstream() -> None:
+    # vLLM started with --enable-prompt-embeds takes `prompt_embeds` in the place of `prompt`
+    with InProcess() as stack:
+        for body in (
+            {"model": MODEL, "prompt_embeds": "AAAA", "max_tokens": 2},
+            {"model": MODEL, "prompt": None, "prompt_embeds": ["AAAA"], "max_tokens": 2},
+        ):
+            response = stack.request("POST", "/v1/completions", json=body)
+            assert "required property" not in response.text, body
+            assert response.headers.get("x-specroute-pool"), body  # an upstream's answer, whatever it says
+        missing = stack.request("POST", "/v1/completions", json={"model": MODEL, "max_tokens": 2})
+        assert missing.status_code == 400 and missing.json()["error"]["param"] == "prompt"
