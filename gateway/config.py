@@ -245,15 +245,18 @@ class CorsConfig(_Strict):
         default_factory=lambda: ["GET", "POST"], description="methods a browser may use across origins"
     )
     allow_headers: list[str] = Field(
-        default_factory=lambda: ["authorization", "content-type", "x-request-id"],
-        description='request headers a browser may send ("*": any)',
+        default_factory=lambda: ["*"],
+        description='request headers a browser may send ("*": any, as vLLM allows; the OpenAI SDKs send'
+        " their own `x-stainless-*` headers with every call)",
     )
     expose_headers: list[str] = Field(
         default_factory=lambda: [
             "x-request-id",
+            "retry-after",
             "x-specroute-pool",
             "x-specroute-class",
             "x-specroute-reason",
+            "x-specroute-predicted-speedup",
         ],
         description="response headers a browser script may read",
     )

@@ -38,3 +38,21 @@ def test_cors_when_configured_answers_preflights_and_marks_responses() -> None:
             "OPTIONS", "/v1/chat/completions", headers={**PREFLIGHT, "origin": "https://evil.example"}
         )
         assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+
+
+def test_the_openai_sdks_own_headers_pass_a_preflight_and_retry_after_is_readable() -> None:
+    # openai-node sends x-stainless-* headers with every call; it honours retry-after when it can read it
+    sdk = (
+        "authorization, content-type, x-stainless-lang, x-stainless-package-version, x-stainless-retry-count"
+    )
+    with InProcess(
+        {"cors": {"allow_origins": ["https://app.example"]}, "logging": {"access_log": False}}
+    ) as s:
+        r = s.request(
+            "OPTIONS", "/v1/chat/completions", headers={**PREFLIGHT, "access-control-request-headers": sdk}
+        )
+        assert r.status_code == 200, r.text
+        allowed = {h.strip() for h in r.headers["access-control-allow-headers"].lower().split(",")}
+        assert {h.strip() for h in sdk.split(",")} <= allowed
+        r = s.request("GET", "/v1/models", headers={"origin": "https://app.example"})
+        assert "retry-after" in r.headers["access-control-expose-headers"]
