@@ -64,9 +64,21 @@ class _RequestIds:
 new_request_id = _RequestIds().next
 
 
+MAX_REQUEST_ID = 128
+"""The longest client ``x-request-id`` kept (a UUID is 36 characters, a W3C trace id 32)."""
+
+
 def request_id(request: Request) -> str:
-    """The client's ``x-request-id``, else a new random one."""
-    return header(request, b"x-request-id") or new_request_id()
+    """The client's ``x-request-id`` when it is a plausible id, else a new random one.
+
+    The id goes back in the response, upstream to vLLM and into every access-log line, so a client's
+    is kept only when it is printable ASCII of at most :data:`MAX_REQUEST_ID` characters: a control
+    character, a byte outside ASCII or 20 KB of id would otherwise travel everywhere the id does.
+    """
+    value = header(request, b"x-request-id")
+    if value and len(value) <= MAX_REQUEST_ID and value.isascii() and value.isprintable():
+        return value
+    return new_request_id()
 
 
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")

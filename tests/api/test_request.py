@@ -13,7 +13,15 @@ import pytest
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
-from gateway.api.request import decoded, header, new_request_id, read_body, request_id, trace_id
+from gateway.api.request import (
+    MAX_REQUEST_ID,
+    decoded,
+    header,
+    new_request_id,
+    read_body,
+    request_id,
+    trace_id,
+)
 from tests.api.conftest import API_KEY, MODEL, InProcess
 
 AUTH = {"authorization": f"Bearer {API_KEY}"}
@@ -56,9 +64,25 @@ def test_a_forked_worker_draws_its_own_request_ids() -> None:
     assert theirs != new_request_id()
 
 
-def test_a_client_request_id_is_kept() -> None:
-    request = Request({"type": "http", "headers": list(RAW)})
-    assert request_id(request) == "caf\xe9-1"
+def _with_id(value: bytes) -> Request:
+    return Request({"type": "http", "headers": [(b"x-request-id", value)]})
+
+
+@pytest.mark.parametrize(
+    "value", [b"req-42", b"0f8fad5b-d9cb-469f-a165-70867728950e", b'a "quoted" id', b"x" * MAX_REQUEST_ID]
+)
+def test_a_client_request_id_is_kept(value: bytes) -> None:
+    assert request_id(_with_id(value)) == value.decode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"", b"caf\xe9-1", "caf\u00e9".encode(), b"a\tb", b"a\x1bb", b"x" * (MAX_REQUEST_ID + 1), b"x" * 20_000],
+)
+def test_a_client_request_id_that_is_no_plausible_id_is_replaced(value: bytes) -> None:
+    # it would travel into the response, upstream and into every access-log line
+    rid = request_id(_with_id(value))
+    assert len(rid) == 16 and rid != value.decode("latin-1")
     assert len(request_id(Request({"type": "http", "headers": []}))) == 16
 
 
