@@ -12,9 +12,10 @@ from time import perf_counter
 from typing import Any
 
 from starlette.requests import Request
+from starlette.responses import Response
 
 from gateway.api.errors import APIError
-from gateway.api.request import check_key, read_body
+from gateway.api.request import check_key, read_body, request_id
 from gateway.api.state import Gateway
 from gateway.routing.policy import Decision
 from gateway.types import Route
@@ -26,6 +27,13 @@ async def read_checked(request: Request, gw: Gateway) -> bytes:
     """The caller's key, then the body: at most ``limits.max_body_bytes``, in ``server.body_timeout_s``."""
     check_key(request, gw.settings.auth.api_keys)
     return await read_body(request, gw.settings.limits.max_body_bytes, gw.settings.server.body_timeout_s)
+
+
+def without_slash(request: Request, path: str) -> Response:
+    """The redirect vLLM's server (FastAPI) answers a known route asked for with a trailing slash: a 307
+    to ``path``, keeping the method, the body and the query (an upstream's own would name its address)."""
+    query = f"?{request.url.query}" if request.url.query else ""
+    return Response(status_code=307, headers={"location": path + query, "x-request-id": request_id(request)})
 
 
 def check_model(model: Any, models: frozenset[str]) -> None:

@@ -27,6 +27,7 @@ from gateway.api.edge import (
     observe,
     read_checked,
     upstream_headers,
+    without_slash,
 )
 from gateway.api.errors import APIError, error_response
 from gateway.api.request import json_object, request_id, trace_id
@@ -111,11 +112,7 @@ async def passthrough(request: Request) -> Response:
     gw = state.of(request)
     path = request.url.path
     if path.endswith("/") and path.rstrip("/") in OWN_PATHS:
-        # as vLLM's server (FastAPI) answers a trailing slash: a redirect that keeps the method and body
-        # (an upstream's own would name the upstream's address)
-        query = f"?{request.url.query}" if request.url.query else ""
-        headers = {"location": path.rstrip("/") + query, "x-request-id": request_id(request)}
-        return Response(status_code=307, headers=headers)
+        return without_slash(request, path.rstrip("/"))
     if "/." in path and _DOT_SEGMENTS.intersection(path.split("/")):
         # "/v1/%2e%2e/sleep" reaches the upstream as written; a proxy in front of vLLM that normalises
         # paths (nginx does) would serve "/sleep": never a route of the API, so never forwarded

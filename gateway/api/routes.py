@@ -19,7 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
-from gateway.api.edge import check_model, upstream_headers
+from gateway.api.edge import check_model, upstream_headers, without_slash
 from gateway.api.errors import APIError, error_response, from_upstream, sse_error_event
 from gateway.api.request import (
     check_key,
@@ -567,6 +567,8 @@ async def model(request: Request) -> Response:
     gw = _gateway(request)
     check_key(request, gw.settings.auth.api_keys)
     name = request.path_params["model"]
+    if not name:  # "/v1/models/": the list's route with a trailing slash
+        return without_slash(request, "/v1/models")
     check_model(name, gw.models)
     entries = await _model_entries(gw)
     headers = {"x-request-id": request_id(request)}

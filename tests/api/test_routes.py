@@ -82,6 +82,11 @@ def test_a_route_of_the_gateway_with_a_trailing_slash_is_redirected_to_it_method
         followed = stack.request("POST", "/v1/chat/completions/", json=CHAT, follow_redirects=True)
         assert followed.status_code == 200 and followed.json()["choices"][0]["message"]["content"]
         assert followed.headers["x-specroute-pool"] in ("speculative", "baseline")
+        # the model list's route too, which the route of one model's entry would otherwise read as model ""
+        r = stack.request("GET", "/v1/models/?b=2")
+        assert r.status_code == 307 and r.headers["location"] == "/v1/models?b=2"
+        listed = stack.request("GET", "/v1/models/", follow_redirects=True)
+        assert listed.status_code == 200 and listed.json()["data"][0]["id"] == MODEL
 
 
 def test_a_served_response_names_its_pool() -> None:
