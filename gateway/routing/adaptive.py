@@ -105,6 +105,7 @@ class AdaptivePolicy:
     mean_tokens: float = DEFAULT_TOKENS
     _finished: int = 0
     _scrape_round: int = 0  # the scraper's round last read
+    _base_histogram: bool = False  # a baseline server's page has the inter-token histogram
 
     def __post_init__(self) -> None:
         if self.outliers is None:
@@ -245,17 +246,18 @@ class AdaptivePolicy:
         baseline requests time it. A gateway that believes speculation pays sends none there, so a
         step time timed wrong by the first few (a cold server is several times slower at first) would
         stay wrong for good: timed too slow, it makes speculation look free, and a draft that accepts
-        nothing keeps all the traffic. So while fewer baseline requests than ``STEP_WINDOW``, and
-        than a quarter of the speculative ones, have timed it, streamed requests (only they time a
-        step) go there at the exploration rate. Traffic that sends baseline its share (prose) times
-        it anyway and is never sent there for this.
+        nothing keeps all the traffic. So while fewer baseline timings than ``STEP_WINDOW``, and
+        than a quarter of the speculative ones, have timed it, requests that will time a step go there
+        at the exploration rate: streamed ones, and any once baseline's servers are seen to keep the
+        inter-token histogram (their steps are timed at the next scrape). Traffic that sends baseline
+        its share (prose) times it anyway and is never sent there for this.
         """
         rate = self.routing.exploration_rate
         model = self.model
         return (
             model.base_observations < min(STEP_WINDOW, TIMING_SHARE * model.spec_observations)
             and bool(rate)
-            and body.get("stream") is True
+            and (self._base_histogram or body.get("stream") is True)
             and self.rng.random() < rate
         )
 
@@ -344,6 +346,7 @@ class AdaptivePolicy:
         self._scrape_round = scraper.rounds
         self._sync_k()
         for ep in self.pools["baseline"].endpoints:
+            self._base_histogram = self._base_histogram or scraper.times_steps(ep)
             step = scraper.step(ep)
             if step is not None:
                 self.model.observe_baseline(step.seconds, step.batch)

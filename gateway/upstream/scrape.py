@@ -332,6 +332,11 @@ class Scraper:
         state = self._state(endpoint)
         return state.step if state is not None else None
 
+    def times_steps(self, endpoint: Endpoint) -> bool:
+        """Whether the endpoint's last page had the inter-token histogram (its steps can be timed)."""
+        state = self._state(endpoint)
+        return state is not None and state.reading is not None and state.reading.steps is not None
+
     def snapshots(self) -> list[dict[str, Any]]:
         """Every endpoint's scrape state, for ``/admin/routing``."""
         return [s.snapshot() for s in self.by_endpoint.values()]
