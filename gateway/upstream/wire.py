@@ -27,7 +27,8 @@ coding is :class:`Malformed`, since the gateway could neither read nor relay it.
 A response is read to its end and :meth:`WireResponse.release`-d, which puts its connection back in the
 pool (when both sides keep it alive), or :meth:`WireResponse.close`-d, which closes the connection and
 so aborts the upstream request. Idle connections are reused most recent first and closed after
-``keepalive_s`` unused (vLLM's uvicorn closes them after 5 s), so a reused one is rarely found dead.
+``keepalive_s`` unused (vLLM's uvicorn closes them after 5 s), so a reused one is rarely found dead; one
+timer per pool closes them whether or not another request goes to their endpoint.
 """
 
 from __future__ import annotations
@@ -385,6 +386,7 @@ class WirePool:
         self.user_agent = user_agent
         self._idle: dict[tuple[str, int], deque[_Connection]] = {}
         self._all: set[_Connection] = set()  # open connections, idle or busy (closed at shutdown)
+        self._sweep: asyncio.TimerHandle | None = None  # closes the idle ones past keepalive_s
 
     async def request(
         self,
@@ -427,6 +429,26 @@ class WirePool:
         if idle is None:
             idle = self._idle[conn.key] = deque()
         idle.append(conn)
+        if self._sweep is None:
+            self._sweep = conn.loop.call_later(self.keepalive_s, self._close_idle)
+
+    def _close_idle(self) -> None:
+        """Close every connection idle for ``keepalive_s``, whatever its endpoint, and look again while
+        some stay idle: an endpoint that gets no more requests (ejected, or gone from discovery) would
+        otherwise keep its connections, and a server or balancer that never closes them its sockets."""
+        self._sweep = None
+        now = time.monotonic()
+        oldest = None
+        for key, idle in list(self._idle.items()):
+            while idle and (idle[0].closed or now - idle[0].idle_since >= self.keepalive_s):
+                idle.popleft().abort()
+            if not idle:
+                del self._idle[key]
+            elif oldest is None or idle[0].idle_since < oldest:
+                oldest = idle[0].idle_since
+        if oldest is not None:
+            loop = asyncio.get_running_loop()
+            self._sweep = loop.call_later(oldest + self.keepalive_s - now, self._close_idle)
 
     def forget(self, conn: _Connection) -> None:
         """A connection has closed (the server's end or ours): it is no longer this pool's."""
@@ -434,6 +456,9 @@ class WirePool:
 
     def close(self) -> None:
         """Close every connection, idle or busy."""
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for conn in list(self._all):
             conn.abort()
         self._all.clear()

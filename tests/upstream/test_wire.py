@@ -295,6 +295,36 @@ async def test_an_idle_connection_past_its_keepalive_is_not_reused(serve):
     assert server.connections == 2
 
 
+async def test_idle_connections_are_closed_past_their_keepalive_without_another_request(serve):
+    # a server (or a balancer before it) that never closes an idle connection, and an endpoint that gets
+    # no more requests: its connections must not stay open for good
+    async def keepalive(reader, writer):
+        while True:
+            await server.read_request(reader)
+            writer.write(_answer(b"{}"))
+
+    server = await serve(keepalive)
+    other = await serve(keepalive)
+    pool = WirePool(connect_s=1.0, keepalive_s=0.2)
+    responses = [
+        await pool.request("POST", "127.0.0.1", port, "/", {}, b"x")
+        for port in (server.port, server.port, other.port)
+    ]
+    for r in responses:
+        await r.read()
+        r.release()
+    assert len(pool._all) == 3
+    await asyncio.sleep(0.1)
+    later = await pool.request("POST", "127.0.0.1", other.port, "/", {}, b"x")  # reused, then idle again
+    await later.read()
+    later.release()
+    await asyncio.sleep(0.15)  # the first two are past their keep-alive; the reused one is not
+    assert len(pool._all) == 1 and not pool._idle.get(("127.0.0.1", server.port))
+    await asyncio.sleep(0.15)
+    assert not pool._all and not pool._idle
+    pool.close()
+
+
 async def test_an_unread_response_stops_the_socket_and_reading_resumes_it(serve):
     size = 64 * PAUSE_BYTES  # more than the kernel's socket buffers hold
     wrote = asyncio.Event()
