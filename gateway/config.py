@@ -153,8 +153,8 @@ class TimeoutsConfig(_Strict):
     total_s: float = Field(
         default=600.0,
         gt=0,
-        description="longest a response may stream, resumptions included; also how long a non-streamed"
-        " request waits for its answer",
+        description="longest a request may take upstream: its tries, the wait for its first byte and its"
+        " stream (resumptions included) or its whole non-streamed answer, together",
     )
 
 

@@ -133,6 +133,7 @@ async def passthrough(request: Request) -> Response:
         raw = request.scope.get("raw_path")  # as the client encoded it (%2F stays %2F)
         target = raw.decode("latin-1") if isinstance(raw, bytes) and raw else path
         target += f"?{request.url.query}" if request.url.query else ""
+        deadline = gw.upstreams.deadline()  # the tries, the first byte and the answer together
         sending = gw.upstreams.send(
             target,
             body,
@@ -141,6 +142,7 @@ async def passthrough(request: Request) -> Response:
             first_byte_s=gw.settings.timeouts.total_s,
             method=method,
             idempotent=method in _IDEMPOTENT,
+            deadline=deadline,
         )
         sent = await unless_disconnected(request, sending)
     except asyncio.CancelledError:  # as above
@@ -159,7 +161,10 @@ async def passthrough(request: Request) -> Response:
 
     media_type = sent.response.headers.get("content-type")
     return Relay(
-        gw.upstreams.relay(sent, None, done), status, headers=_headers(sent, rid), media_type=media_type
+        gw.upstreams.relay(sent, None, done, deadline=deadline),
+        status,
+        headers=_headers(sent, rid),
+        media_type=media_type,
     )
 
 

@@ -142,7 +142,9 @@ async def responses(request: Request) -> Response:
             return Response(
                 content, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type
             )
-        sent = await unless_disconnected(request, gw.upstreams.send(PATH, body, headers, decision.pool))
+        deadline = gw.upstreams.deadline()  # the tries, the first byte and the stream together
+        sending = gw.upstreams.send(PATH, body, headers, decision.pool, deadline=deadline)
+        sent = await unless_disconnected(request, sending)
     except asyncio.CancelledError:  # cut at the end of the shutdown grace period (a client gone is a 499)
         observe(
             gw, rid=rid, trace=trace, route="responses", started=started, status=CUT_AT_SHUTDOWN,
@@ -176,7 +178,7 @@ async def responses(request: Request) -> Response:
             meter=meter,
         )  # fmt: skip
 
-    chunks = gw.upstreams.relay(sent, meter, done)
+    chunks = gw.upstreams.relay(sent, meter, done, deadline=deadline)
     media_type = sent.response.headers.get("content-type", "text/event-stream")
     headers = decision_headers(decision, sent.pool, rid)
     return Relay(chunks, status, headers=headers, media_type=media_type, ending=responses_error_event)

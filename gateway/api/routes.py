@@ -92,6 +92,7 @@ class Exchange:
     payload: dict[str, Any] | None = None
     decision: Decision | None = None
     measurement: str | None = None  # how a speculative request's acceptance is measured (access log)
+    deadline: float = float("inf")  # when the upstream's answer must be over, on the loop's clock
 
     def headers(self, pool: str | None) -> dict[str, str]:
         if self.decision is None:
@@ -129,12 +130,18 @@ async def _handle(request: Request, api: Api) -> Response:
         # a non-streamed request streamed upstream to be measured waits for its first byte as long as
         # when its bytes pass as they came (above): how it is measured never decides whether it times out
         first_byte_s = gw.settings.timeouts.total_s if out.meter.collect is not None else None
-        sent = await _unless_disconnected(
-            request,
-            gw.upstreams.send(
-                PATHS[api], out.body, out.headers, decision.pool, first_byte_s=first_byte_s, tried=tried
-            ),
+        # timeouts.total_s bounds the tries, the first byte's wait and the stream together
+        ex.deadline = gw.upstreams.deadline()
+        sending = gw.upstreams.send(
+            PATHS[api],
+            out.body,
+            out.headers,
+            decision.pool,
+            first_byte_s=first_byte_s,
+            tried=tried,
+            deadline=ex.deadline,
         )
+        sent = await _unless_disconnected(request, sending)
     except asyncio.CancelledError:
         _finish(ex, None, CUT_AT_SHUTDOWN)
         raise
@@ -158,6 +165,7 @@ async def _handle(request: Request, api: Api) -> Response:
                 first_byte_s=first_byte_s,
                 tried=tried,
                 last_error=error,
+                deadline=ex.deadline,
             )
 
         return await _assembled(request, ex, sent, tried, resend)
@@ -165,7 +173,7 @@ async def _handle(request: Request, api: Api) -> Response:
     def done(s: Sent, failed: int | None) -> None:
         _finish(ex, s, _relayed_status(request, failed) or status, meter, resumption=out.resume)
 
-    chunks = gw.upstreams.relay(sent, meter, done, out.resume)
+    chunks = gw.upstreams.relay(sent, meter, done, out.resume, ex.deadline)
     media_type = sent.response.headers.get("content-type", "application/json")
     return Relay.encoded(chunks, status, ex.encoded_headers(sent.pool), media_type, sse_error_event)
 
@@ -321,7 +329,7 @@ async def _assembled(
 
 async def _drain(ex: Exchange, sent: Sent, meter: StreamMeter, failed: list[int | None]) -> None:
     try:
-        async for _ in ex.gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
+        async for _ in ex.gw.upstreams.relay(sent, meter, lambda s, f: failed.append(f), None, ex.deadline):
             pass
     except UpstreamTooLarge as e:  # not sent again: the same request would get the same answer
         raise from_upstream(e) from None

@@ -266,8 +266,8 @@ class Upstreams:
         passes the endpoints that broke it and what is left of the request's budget on top of them.
         A request that is not ``idempotent`` (an unknown route passed through) is sent again only when
         no endpoint took it: refused connections and busy answers (503, 429). ``deadline`` (on the
-        loop's clock) ends the whole request: a try after the first waits only until then, and none
-        starts without time left for it.
+        loop's clock) ends the whole request: no try waits for its first byte past it, and none after
+        the first starts without time left for it.
         """
         deadlines = self._deadlines(first_byte_s or self.settings.timeouts.first_byte_s)
         tried = [] if tried is None else tried
@@ -277,11 +277,13 @@ class Upstreams:
             if endpoint is None:
                 break
             attempt = len(tried)
-            limit_at = None
-            if attempt and deadline is not None:
-                limit_at = deadline
-                if deadline - asyncio.get_running_loop().time() < MIN_TRY_S:
+            limit_at = None  # the try's first byte waits its own limit, unless the request ends sooner
+            if deadline is not None:
+                left = deadline - asyncio.get_running_loop().time()
+                if attempt and left < MIN_TRY_S:
                     break  # the request's time is spent: what went wrong last is the answer
+                if left < deadlines.seconds:
+                    limit_at = deadline
             if attempt:
                 self.metrics.retries.labels(endpoint.pool).inc()
                 retries = self.settings.retries
@@ -396,7 +398,7 @@ class Upstreams:
         error: UpstreamError | None = None
         loop = asyncio.get_running_loop()
         total_s = self.settings.timeouts.total_s
-        deadline = loop.time() + total_s
+        deadline = self.deadline()
         try:
             while True:
                 sent = await self.send(
@@ -433,6 +435,12 @@ class Upstreams:
             if loop.time() < deadline - MIN_TRY_S:
                 raise
             raise UpstreamTimeout(f"no complete answer from the upstream within {total_s:g} s") from None
+
+    def deadline(self) -> float:
+        """When a request that starts now must be over, on the loop's clock (``timeouts.total_s``): what
+        :meth:`send` and :meth:`relay` take, so that the tries, the wait for the first byte and the
+        stream together last no longer."""
+        return asyncio.get_running_loop().time() + self.settings.timeouts.total_s
 
     def _protocol_error(self, sent: Sent) -> None:
         self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "protocol").inc()
@@ -527,8 +535,12 @@ class Upstreams:
         meter: StreamMeter | None,
         on_done: Callable[[Sent, int | None], None],
         resume: Resumption | None = None,
+        deadline: float | None = None,
     ) -> AsyncIterator[bytes]:
         """Yield the response to the client chunk by chunk, enforcing gap and total timeouts.
+
+        ``deadline`` (on the loop's clock; see :meth:`deadline`) ends the whole request, its wait for
+        the first byte included; without it the stream may last ``timeouts.total_s`` from now.
 
         A stream that breaks (reset, gap timeout) goes on on another endpoint when ``resume`` says
         how (:mod:`gateway.upstream.resume`); otherwise it raises :class:`~gateway.errors.UpstreamBroken`
@@ -538,7 +550,8 @@ class Upstreams:
         """
         timeouts = self.settings.timeouts
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeouts.total_s
+        if deadline is None:
+            deadline = loop.time() + timeouts.total_s
         silence = Silence(timeouts.chunk_gap_s, deadline)
         failed: int | None = None
         cut = False  # the upstream broke off after the client's answer was whole

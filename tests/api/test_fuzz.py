@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.api.fields import FIELDS
+from gateway.api.fields import FIELDS, whole
 from tests.api.conftest import API_KEY, MODEL, InProcess
 
 AUTH = {"authorization": f"Bearer {API_KEY}"}
@@ -104,7 +104,12 @@ def test_each_field_replaced_by_each_json_type(gateway: InProcess, api: str, dat
     err = check(response, field)
     tried["field replaced"] += 1
     allowed = FIELDS[api][field]
-    well_typed = value is None or any(_is(value, t) for t in allowed)
+    # an integer written as a whole decimal is that integer (vLLM reads it so)
+    well_typed = (
+        value is None
+        or any(_is(value, t) for t in allowed)
+        or ("integer" in allowed and whole(value) is not None)
+    )
     if not well_typed:
         assert response.status_code == 400 and err is not None
         assert err["param"] == field, err

@@ -413,3 +413,18 @@ async def test_a_streamed_event_that_never_ends_is_cut_at_the_limit_and_a_long_s
             await _text(client, stream=True)
     async with _setup(["long_stream"], **_SMALL) as (client, _, _):  # relayed, never held whole
         assert len(await _text(client, stream=True)) > HUGE_BYTES // 2  # more than the limit
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_measured_or_streamed_request_is_not_tried_again_past_its_total_time(stream):
+    # a non-streamed request streamed upstream to be measured waits total_s for its first byte, as one
+    # passed as sent does; a stream's tries come out of the same total_s
+    extra = {
+        "routing": {"strategy": "always-speculative", "measure_interval_s": 0},
+        "timeouts": {"total_s": 0.5, "first_byte_s": 0.5},
+    }
+    async with _setup(["stall_head", "ok"], **extra) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await _text(client, stream)
+        assert e.value.status_code == 504
+        assert len(script.log) == 1  # the request's time was spent on the first try
