@@ -496,3 +496,39 @@ def test_endpoint_with_collapsed_acceptance_leaves_the_rotation_and_returns(tmp_
                     break
             print("after the recovery:", state)
             assert not state[names[2]]["demoted"]
+
+
+@pytest.mark.timing  # reads step times the emulators take in real time: `make test-timing`
+def test_non_streamed_traffic_learns_baselines_step_and_keeps_a_dear_draft_away(tmp_path):
+    """Clients that never stream, and a draft that costs 0.8 of a target step: speculation is slower than
+    baseline for every prompt. Only streams time a token, so the gateway kept the configured step time
+    and draft cost (0.05) and sent every structured prompt to the speculative pool; the baseline servers'
+    inter-token histogram, scraped, times the step for the requests they run."""
+    args = ["--served-model-name", MODEL, "--time-scale", str(SCALE), "--max-num-seqs", "16", "--seed", "7"]
+    spec = stack.start_emulator("speculative", extra=[*args, "--draft-cost-ratio", "0.8"], log_dir=tmp_path)
+    base = stack.start_emulator("baseline", extra=args, log_dir=tmp_path)
+    with stack.running(spec, base):
+        cfg = stack.demo_config(
+            [spec.url],
+            [base.url],
+            stack.free_port(),
+            MODEL,
+            "adaptive",
+            extra={
+                "routing": {"seed": 3, "scrape_interval_s": 3 * SCALE},
+                "auth": {"admin_key": "admin-secret"},
+            },
+        )
+        gw = stack.start_gateway(cfg, tmp_path, "nonstream")
+        with stack.running(gw):
+            pools = []
+            for i in range(90):
+                payload = {"model": MODEL, "prompt": STRUCTURED[i % len(STRUCTURED)], "max_tokens": 48}
+                r = httpx.post(gw.url + "/v1/completions", json=payload, timeout=60)
+                assert r.status_code == 200, r.text
+                pools.append(r.headers["x-specroute-pool"])
+            model = _admin(gw.url)["speedup_model"]
+    print("speedup model:", model, "pools:", "".join(p[0] for p in pools))
+    assert model["baseline_observations"] >= 2
+    assert model["draft_cost_ratio"] > 0.5  # measured against the step the servers timed (true 0.8)
+    assert pools[-30:].count("baseline") >= 27  # exploration aside, the slower pool is left
