@@ -10,9 +10,9 @@ the Python definitions, more slowly. Both add floats as the interpreter does, on
 instruction (aarch64 always does), which would change the last bit of a score.
 """
 
-_EXACT = ["-ffp-contract=off"]
-
 from setuptools import Extension, setup
+
+_EXACT = ["-ffp-contract=off"]
 
 setup(
     ext_modules=[
