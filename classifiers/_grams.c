@@ -146,43 +146,18 @@ PyDoc_STRVAR(score_doc,
              "The summed weights of the distinct character n-grams of ``text`` (each order in ``orders``) and "
              "how many distinct grams there are, known to the table or not.");
 
-static PyObject *GramTable_score(GramTable *self, PyObject *const *args, Py_ssize_t nargs)
+/* The summed weights of the distinct grams of ``text`` of each order in ``order_of`` and how many distinct
+   grams there are: ``GramTable.score`` and the scorer's character windows. */
+static int gram_score(const GramTable *self, PyObject *text, const Py_ssize_t *order_of, Py_ssize_t norders,
+                      double *sum_out, Py_ssize_t *distinct_out)
 {
-    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "score(text: str, orders: tuple[int, ...])");
-        return NULL;
-    }
-    if (self->keys == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "gram table not initialised");
-        return NULL;
-    }
-    PyObject *text = args[0];
-    PyObject *orders = args[1];
-    if (MAKE_READY(text) == -1) {
-        return NULL;
-    }
     Py_ssize_t len = PyUnicode_GET_LENGTH(text);
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    Py_ssize_t norders = PyTuple_GET_SIZE(orders);
     Py_ssize_t total = 0;
-    Py_ssize_t order_of[8];
-    if (norders > 8) {
-        PyErr_SetString(PyExc_ValueError, "at most 8 orders");
-        return NULL;
-    }
     for (Py_ssize_t k = 0; k < norders; k++) {
-        Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(orders, k));
-        if (n == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (n < 1 || n > MAX_ORDER) {
-            PyErr_SetString(PyExc_ValueError, "orders must be between 1 and 16");
-            return NULL;
-        }
-        order_of[k] = n;
-        if (len >= n) {
-            total += len - n + 1;
+        if (len >= order_of[k]) {
+            total += len - order_of[k] + 1;
         }
     }
     uint64_t stack[STACK_SLOTS];
@@ -191,7 +166,8 @@ static PyObject *GramTable_score(GramTable *self, PyObject *const *args, Py_ssiz
     if (slots > STACK_SLOTS) {
         seen = PyMem_Calloc(slots, sizeof(uint64_t));
         if (seen == NULL) {
-            return PyErr_NoMemory();
+            PyErr_NoMemory();
+            return -1;
         }
     }
     else {
@@ -218,12 +194,79 @@ static PyObject *GramTable_score(GramTable *self, PyObject *const *args, Py_ssiz
     if (seen != stack) {
         PyMem_Free(seen);
     }
+    *sum_out = sum;
+    *distinct_out = distinct;
+    return 0;
+}
+
+/* the gram orders of a tuple of ints, each between 1 and MAX_ORDER, at most 8 */
+static Py_ssize_t read_orders(PyObject *orders, Py_ssize_t *order_of)
+{
+    Py_ssize_t norders = PyTuple_GET_SIZE(orders);
+    if (norders > 8) {
+        PyErr_SetString(PyExc_ValueError, "at most 8 orders");
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < norders; k++) {
+        Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(orders, k));
+        if (n == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (n < 1 || n > MAX_ORDER) {
+            PyErr_SetString(PyExc_ValueError, "orders must be between 1 and 16");
+            return -1;
+        }
+        order_of[k] = n;
+    }
+    return norders;
+}
+
+static PyObject *GramTable_score(GramTable *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "score(text: str, orders: tuple[int, ...])");
+        return NULL;
+    }
+    if (self->keys == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gram table not initialised");
+        return NULL;
+    }
+    if (MAKE_READY(args[0]) == -1) {
+        return NULL;
+    }
+    Py_ssize_t order_of[8];
+    Py_ssize_t norders = read_orders(args[1], order_of);
+    double sum;
+    Py_ssize_t distinct;
+    if (norders < 0 || gram_score(self, args[0], order_of, norders, &sum, &distinct) < 0) {
+        return NULL;
+    }
     return Py_BuildValue("(dn)", sum, distinct);
 }
 
 static Py_ssize_t GramTable_len(GramTable *self)
 {
     return self->size;
+}
+
+/* The weights of ``n`` hashed grams in the table: summed in their order, or (``bits``) or-ed as whole
+   numbers. */
+static inline double hashes_sum(const GramTable *self, const uint64_t *h, Py_ssize_t n)
+{
+    double sum = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        sum += lookup(self, h[i]);
+    }
+    return sum;
+}
+
+static inline uint64_t hashes_bits(const GramTable *self, const uint64_t *h, Py_ssize_t n)
+{
+    uint64_t mask = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        mask |= (uint64_t)lookup(self, h[i]);
+    }
+    return mask;
 }
 
 /* The weights of the packed grams in the table: summed, or (``bits``) or-ed as whole numbers. */
@@ -233,22 +276,9 @@ static PyObject *packed_lookup(GramTable *self, PyObject *arg, int bits)
         PyErr_SetString(PyExc_TypeError, "expected the bytes of word_hashes (8 bytes a gram)");
         return NULL;
     }
-    const char *data = PyBytes_AS_STRING(arg);
+    const uint64_t *h = (const uint64_t *)PyBytes_AS_STRING(arg); /* 8-byte aligned in CPython */
     Py_ssize_t n = PyBytes_GET_SIZE(arg) / 8;
-    double sum = 0.0;
-    uint64_t mask = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t h;
-        memcpy(&h, data + 8 * i, 8);
-        double w = lookup(self, h);
-        if (bits) {
-            mask |= (uint64_t)w;
-        }
-        else {
-            sum += w;
-        }
-    }
-    return bits ? PyLong_FromUnsignedLongLong(mask) : PyFloat_FromDouble(sum);
+    return bits ? PyLong_FromUnsignedLongLong(hashes_bits(self, h, n)) : PyFloat_FromDouble(hashes_sum(self, h, n));
 }
 
 PyDoc_STRVAR(sum_doc,
@@ -498,6 +528,67 @@ PyDoc_STRVAR(word_hashes_doc,
              "tokens there are and how many of them are ``#``; and the first two of the first six tokens "
              "that are all letters (``str.isalpha``).");
 
+/* The distinct word grams of a text as hashes, in the order they first appear, with its counts. */
+typedef struct {
+    uint64_t *hashes; /* PyMem_Malloc'ed: ``n`` of them */
+    Py_ssize_t n, tokens, marks, nfirst;
+    Py_ssize_t first_start[2], first_len[2]; /* the first two all-letter tokens of the first six */
+} Words;
+
+static int hash_words(PyObject *text, int bigrams, Words *w)
+{
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    w->hashes = NULL;
+    w->n = w->tokens = w->marks = w->nfirst = 0;
+    Token *tokens = PyMem_Malloc(sizeof(Token) * (size_t)(len + 1));
+    if (tokens == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t ntok = 0;
+    Py_ssize_t i = 0;
+    while (next_token(kind, data, len, &i, &tokens[ntok])) {
+        w->marks += tokens[ntok].sharp;
+        if (tokens[ntok].alpha && w->nfirst < 2 && ntok < 6) {
+            w->first_start[w->nfirst] = tokens[ntok].start;
+            w->first_len[w->nfirst++] = tokens[ntok].len;
+        }
+        ntok++;
+    }
+    w->tokens = ntok;
+    Py_ssize_t most = bigrams && ntok > 0 ? 2 * ntok - 1 : ntok;
+    size_t slots = slots_for(most);
+    uint64_t *seen = PyMem_Calloc(slots, sizeof(uint64_t));
+    w->hashes = PyMem_Malloc(sizeof(uint64_t) * (size_t)(most > 0 ? most : 1));
+    if (seen == NULL || w->hashes == NULL) {
+        PyMem_Free(tokens);
+        PyMem_Free(seen);
+        PyMem_Free(w->hashes);
+        w->hashes = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t n = 0;
+    for (Py_ssize_t k = 0; k < ntok; k++) {
+        const Token *a = &tokens[k];
+        add_hash(finish(fnv_token(FNV_OFFSET ^ (uint64_t)a->len, kind, data, a)), seen, slots - 1, w->hashes, &n);
+        if (bigrams && k > 0) {
+            const Token *p = &tokens[k - 1];
+            uint64_t h = FNV_OFFSET ^ (uint64_t)(p->len + 1 + a->len);
+            h = fnv_token(h, kind, data, p);
+            h = (h ^ (uint64_t)' ') * FNV_PRIME;
+            h = fnv_token(h, kind, data, a);
+            add_hash(finish(h), seen, slots - 1, w->hashes, &n);
+        }
+    }
+    w->n = n;
+    PyMem_Free(tokens);
+    PyMem_Free(seen);
+    return 0;
+}
+
 static PyObject *word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyUnicode_Check(args[0])) {
@@ -509,68 +600,28 @@ static PyObject *word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t
     if (bigrams < 0 || MAKE_READY(text) == -1) {
         return NULL;
     }
-    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    Token *tokens = PyMem_Malloc(sizeof(Token) * (size_t)(len + 1));
-    if (tokens == NULL) {
-        return PyErr_NoMemory();
+    Words w;
+    if (hash_words(text, bigrams, &w) < 0) {
+        return NULL;
     }
-    Py_ssize_t ntok = 0, marks = 0, nfirst = 0;
-    Py_ssize_t first_at[2] = {0, 0};
-    Py_ssize_t i = 0;
-    while (next_token(kind, data, len, &i, &tokens[ntok])) {
-        marks += tokens[ntok].sharp;
-        if (tokens[ntok].alpha && nfirst < 2 && ntok < 6) {
-            first_at[nfirst++] = ntok;
-        }
-        ntok++;
-    }
-    Py_ssize_t most = bigrams && ntok > 0 ? 2 * ntok - 1 : ntok;
-    size_t slots = slots_for(most);
-    uint64_t *seen = PyMem_Calloc(slots, sizeof(uint64_t));
-    PyObject *packed = PyBytes_FromStringAndSize(NULL, 8 * most);
-    PyObject *first = PyTuple_New(nfirst);
-    if (seen == NULL || packed == NULL || first == NULL) {
-        PyMem_Free(tokens);
-        PyMem_Free(seen);
+    PyObject *packed = PyBytes_FromStringAndSize((const char *)w.hashes, 8 * w.n);
+    PyObject *first = PyTuple_New(w.nfirst);
+    PyMem_Free(w.hashes);
+    if (packed == NULL || first == NULL) {
         Py_XDECREF(packed);
         Py_XDECREF(first);
-        return seen == NULL ? PyErr_NoMemory() : NULL;
+        return NULL;
     }
-    uint64_t *out = (uint64_t *)PyBytes_AS_STRING(packed); /* bytes data is 8-byte aligned in CPython */
-    Py_ssize_t n = 0;
-    for (Py_ssize_t k = 0; k < ntok; k++) {
-        const Token *a = &tokens[k];
-        add_hash(finish(fnv_token(FNV_OFFSET ^ (uint64_t)a->len, kind, data, a)), seen, slots - 1, out, &n);
-        if (bigrams && k > 0) {
-            const Token *p = &tokens[k - 1];
-            uint64_t h = FNV_OFFSET ^ (uint64_t)(p->len + 1 + a->len);
-            h = fnv_token(h, kind, data, p);
-            h = (h ^ (uint64_t)' ') * FNV_PRIME;
-            h = fnv_token(h, kind, data, a);
-            add_hash(finish(h), seen, slots - 1, out, &n);
-        }
-    }
-    for (Py_ssize_t f = 0; f < nfirst; f++) {
-        const Token *t = &tokens[first_at[f]];
-        PyObject *word = PyUnicode_Substring(text, t->start, t->start + t->len);
+    for (Py_ssize_t f = 0; f < w.nfirst; f++) {
+        PyObject *word = PyUnicode_Substring(text, w.first_start[f], w.first_start[f] + w.first_len[f]);
         if (word == NULL) {
-            PyMem_Free(tokens);
-            PyMem_Free(seen);
             Py_DECREF(packed);
             Py_DECREF(first);
             return NULL;
         }
         PyTuple_SET_ITEM(first, f, word);
     }
-    PyMem_Free(tokens);
-    PyMem_Free(seen);
-    if (n < most && _PyBytes_Resize(&packed, 8 * n) < 0) {
-        Py_DECREF(first);
-        return NULL;
-    }
-    return Py_BuildValue("(NnnN)", packed, ntok, marks, first);
+    return Py_BuildValue("(NnnN)", packed, w.tokens, w.marks, first);
 }
 
 /* ---- structural cues ---------------------------------------------------------------------------------
@@ -898,35 +949,19 @@ PyDoc_STRVAR(read_doc,
              "context_len) -> dict\n\n"
              "The structural cues of ``features._dense``: the same keys in the same order, the same floats.");
 
-static PyObject *DenseReader_read(DenseReader *self, PyObject *const *args, Py_ssize_t nargs)
+/* The dense cues of ``features._dense``: the 23 base values in ``DENSE_BASE``'s order and which of the 6
+   layout cues are set (1) in ``DENSE_LAYOUT``'s order; -1 with the exception the Python would raise. */
+static int dense_values(PyObject *text_obj, PyObject *scanned_obj, Py_ssize_t n_tokens, Py_ssize_t hashes,
+                        Py_ssize_t code_kw, Py_ssize_t turns, int has_system, Py_ssize_t context_len,
+                        double *base, int *layout)
 {
-    if (nargs != 10 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "read(text: str, scanned: str, n_tokens: int, hashes: int, code_kw: int, cues: tuple, "
-                        "context_cues: tuple | None, turns: int, has_system: bool, context_len: int)");
-        return NULL;
-    }
-    if (self->names == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "dense reader not initialised");
-        return NULL;
-    }
-    PyObject *text_obj = args[0], *scanned_obj = args[1];
-    Py_ssize_t n_tokens = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t hashes = n_tokens == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[3]);
-    Py_ssize_t code_kw = hashes == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[4]);
-    Py_ssize_t turns = code_kw == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[7]);
-    int has_system = turns == -1 && PyErr_Occurred() ? -1 : PyObject_IsTrue(args[8]);
-    Py_ssize_t context_len = has_system < 0 ? -1 : PyLong_AsSsize_t(args[9]);
-    if (context_len == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
     if (MAKE_READY(text_obj) == -1 || MAKE_READY(scanned_obj) == -1) {
-        return NULL;
+        return -1;
     }
     /* math.log1p refuses -1 and below, as for a view of no messages */
     if (turns < 1 || code_kw < 0) {
         PyErr_SetString(PyExc_ValueError, "math domain error");
-        return NULL;
+        return -1;
     }
     Text text = {PyUnicode_KIND(text_obj), PyUnicode_DATA(text_obj), PyUnicode_GET_LENGTH(text_obj)};
     Text sc = {PyUnicode_KIND(scanned_obj), PyUnicode_DATA(scanned_obj), PyUnicode_GET_LENGTH(scanned_obj)};
@@ -993,7 +1028,7 @@ static PyObject *DenseReader_read(DenseReader *self, PyObject *const *args, Py_s
         PyObject *encoded = PyUnicode_AsUTF8String(scanned_obj);
         Py_XDECREF(encoded);
         if (encoded == NULL) {
-            return NULL;
+            return -1;
         }
     }
     for (Py_ssize_t i = 0; i + 1 < s->len; i++) { /* "\n\n" counted without overlaps, as str.count does */
@@ -1013,7 +1048,8 @@ static PyObject *DenseReader_read(DenseReader *self, PyObject *const *args, Py_s
         if (lines == NULL || slots == NULL) {
             PyMem_Free(lines);
             PyMem_Free(slots);
-            return PyErr_NoMemory();
+            PyErr_NoMemory();
+            return -1;
         }
     }
     else {
@@ -1116,7 +1152,7 @@ static PyObject *DenseReader_read(DenseReader *self, PyObject *const *args, Py_s
         double x = 3.0 * (double)hashes / (double)(n_tokens > 1 ? n_tokens : 1);
         digits_v = x < 1.0 ? x : 1.0;
     }
-    double base[N_BASE] = {
+    double values[N_BASE] = {
         log1p((double)text.len) / 9.0,
         log1p((double)nonempty) / 5.0,
         (double)(nonempty - distinct) / (double)nl,
@@ -1141,6 +1177,65 @@ static PyObject *DenseReader_read(DenseReader *self, PyObject *const *args, Py_s
         context_len ? log1p((double)context_len) / 9.0 : 0.0,
         end == 0 ? 1.0 : 0.0,
     };
+    memcpy(base, values, sizeof(values));
+    memset(layout, 0, sizeof(int) * N_LAYOUT);
+    if (multiline && end > CHAR_HEAD + CHAR_TAIL) {
+        /* ``_layout``: a short last or first line around the pasted material, and how it ends */
+        Py_ssize_t cut = PyUnicode_FindChar(text_obj, '\n', 0, end, 1);
+        if (cut == -2) {
+            return -1;
+        }
+        if (cut >= 0) {
+            Py_ssize_t from = PyUnicode_FindChar(text_obj, '\n', 0, end, -1);
+            if (from == -2) {
+                return -1;
+            }
+            Py_ssize_t ranges[2][2] = {{from + 1, end}, {0, cut}}; /* the last line, then the first */
+            for (int r = 0; r < 2; r++) {
+                Py_ssize_t a = ranges[r][0], b = ranges[r][1];
+                strip_range(&text, &a, &b);
+                if (b - a < 1 || b - a > 300) {
+                    continue;
+                }
+                Py_UCS4 c = AT(&text, b - 1);
+                layout[3 * r] = 1;
+                if (ends_with_question(c) || c == ':' || c == 0xff1a) {
+                    layout[3 * r + (ends_with_question(c) ? 1 : 2)] = 1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static PyObject *DenseReader_read(DenseReader *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read(text: str, scanned: str, n_tokens: int, hashes: int, code_kw: int, cues: tuple, "
+                        "context_cues: tuple | None, turns: int, has_system: bool, context_len: int)");
+        return NULL;
+    }
+    if (self->names == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dense reader not initialised");
+        return NULL;
+    }
+    PyObject *text_obj = args[0], *scanned_obj = args[1];
+    Py_ssize_t n_tokens = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t hashes = n_tokens == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[3]);
+    Py_ssize_t code_kw = hashes == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[4]);
+    Py_ssize_t turns = code_kw == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[7]);
+    int has_system = turns == -1 && PyErr_Occurred() ? -1 : PyObject_IsTrue(args[8]);
+    Py_ssize_t context_len = has_system < 0 ? -1 : PyLong_AsSsize_t(args[9]);
+    if (context_len == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    double base[N_BASE];
+    int layout[N_LAYOUT];
+    if (dense_values(text_obj, scanned_obj, n_tokens, hashes, code_kw, turns, has_system, context_len, base,
+                     layout) < 0) {
+        return NULL;
+    }
     PyObject *out = PyDict_New();
     if (out == NULL) {
         return NULL;
@@ -1150,35 +1245,9 @@ static PyObject *DenseReader_read(DenseReader *self, PyObject *const *args, Py_s
             goto fail;
         }
     }
-    if (multiline && end > CHAR_HEAD + CHAR_TAIL) {
-        /* ``_layout``: a short last or first line around the pasted material, and how it ends */
-        Py_ssize_t cut = PyUnicode_FindChar(text_obj, '\n', 0, end, 1);
-        if (cut == -2) {
+    for (int k = 0; k < N_LAYOUT; k++) {
+        if (layout[k] && set_value(out, PyTuple_GET_ITEM(self->names, N_BASE + k), 1.0) < 0) {
             goto fail;
-        }
-        if (cut >= 0) {
-            Py_ssize_t from = PyUnicode_FindChar(text_obj, '\n', 0, end, -1);
-            if (from == -2) {
-                goto fail;
-            }
-            Py_ssize_t ranges[2][2] = {{from + 1, end}, {0, cut}}; /* the last line, then the first */
-            for (int r = 0; r < 2; r++) {
-                Py_ssize_t a = ranges[r][0], b = ranges[r][1];
-                strip_range(&text, &a, &b);
-                if (b - a < 1 || b - a > 300) {
-                    continue;
-                }
-                PyObject *const *names = &PyTuple_GET_ITEM(self->names, N_BASE + 3 * r);
-                Py_UCS4 c = AT(&text, b - 1);
-                if (set_value(out, names[0], 1.0) < 0) {
-                    goto fail;
-                }
-                if (ends_with_question(c) || c == ':' || c == 0xff1a) {
-                    if (set_value(out, names[ends_with_question(c) ? 1 : 2], 1.0) < 0) {
-                        goto fail;
-                    }
-                }
-            }
         }
     }
     if (set_flags(out, self->names, N_BASE + N_LAYOUT, args[5], self->n_cues) < 0) {
@@ -1361,6 +1430,857 @@ static PyObject *norm(PyObject *module, PyObject *text)
     return out;
 }
 
+/* ---- the whole prediction ---------------------------------------------------------------------------
+ *
+ * ``Classifier.predict`` after the request's view, for a prompt whose scanned window holds no CJK character
+ * (those keep the sets of ``features.extract``): the windows sliced and lower-cased, the last segment found
+ * as ``features.last_segment`` finds it, the words hashed and looked up, the cue lexicons' bits, the
+ * character windows normalised and counted, the structural cues, the score summed in ``Classifier.score``'s
+ * order (the bias, then the character namespaces' share, the word namespaces' share, the first words, the
+ * dense cues' weighted sum), the calibration table, the request fields' shift, the sigmoid, the label and
+ * the kind (``kinds.kind_of``). Every operation is the one the Python does, in its order, with its one
+ * rounding (``tests/classifiers/test_grams_scorer.py`` holds the two to each other bit for bit). */
+
+#define LAST_MAX 300
+#define LAST_MIN_TEXT (CHAR_HEAD + CHAR_TAIL)
+#define CHAR_BODY 64
+#define CHAR_CONTEXT 300
+#define CONTEXT_HEAD_NS 300
+#define CONTEXT_WINDOW 600
+#define WINDOW_HEAD 250
+#define WINDOW_TAIL 300
+#define N_KIND_CUES 9
+
+enum { NS_CH, NS_CT, NS_CB, NS_CX }; /* ``features.CHAR_ORDERS`` */
+enum { NS_WH, NS_WT, NS_WL, NS_X }; /* ``features.HASHED_NAMESPACES`` */
+enum { K_REPEAT, K_CODE, K_FORMAT, K_CONFIG, K_TEMPLATE, K_EXTRACT, K_REWRITE, K_MATH, K_CREATIVE };
+enum {
+    KIND_TOOLS, KIND_REPETITION, KIND_CODE, KIND_DATA_FORMAT, KIND_EXTRACTION, KIND_REWRITE, KIND_MATH,
+    KIND_CREATIVE, KIND_CHAT, KIND_QA, N_KINDS
+};
+/* the base cues ``kinds.kind_of`` reads, at their places in ``DENSE_BASE`` */
+enum { B_MAX_REP = 3, B_FENCE = 4, B_JSON_KEYS = 7, B_DIGITS = 11, B_NUMSEQ = 12, B_CODE_KW = 13, B_SPEAKERS = 16 };
+
+/* ``sum`` of floats from the int 0, as the running interpreter adds them (from 3.12 with Neumaier's
+   compensation, the first one plainly) */
+typedef struct {
+    double total, compensation;
+    int first;
+} PySum;
+
+static inline void pysum_add(PySum *s, double x)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (s->first) {
+        s->total = 0.0 + x;
+        s->first = 0;
+        return;
+    }
+    double t = s->total + x;
+    if (fabs(s->total) >= fabs(x)) {
+        s->compensation += (s->total - t) + x;
+    }
+    else {
+        s->compensation += (x - t) + s->total;
+    }
+    s->total = t;
+#else
+    s->total += x;
+#endif
+}
+
+static inline double pysum_result(const PySum *s)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (s->compensation != 0.0 && isfinite(s->compensation)) {
+        return s->total + s->compensation;
+    }
+#endif
+    return s->total;
+}
+
+typedef struct {
+    int ns, twin; /* twin: -1 for none */
+    Py_ssize_t orders[8], norders;
+    GramTable *table, *merged; /* merged: NULL for none */
+} CharStep;
+
+typedef struct {
+    int ns, twin;
+    GramTable *table, *merged;
+} WordStep;
+
+typedef struct {
+    PyObject_HEAD
+    double bias, p_floor, threshold;
+    CharStep chars[4];
+    WordStep words[4];
+    int n_chars, n_words;
+    int need_chars[4], need_words[4];
+    PyObject *first;   /* dict of the first words' weights, or NULL */
+    DenseReader *reader;
+    double *dense;     /* a weight per name of the reader, 0.0 where the model has none */
+    GramTable *cues, *context_cues, *code;
+    double *cal_z, *cal_p; /* NULL without a calibration table */
+    Py_ssize_t n_cal;
+    PyObject *prediction, *labels, *kinds;
+    Py_ssize_t kind_cues[N_KIND_CUES];
+} Scorer;
+
+static void Scorer_clear(Scorer *self)
+{
+    for (int k = 0; k < self->n_chars; k++) {
+        Py_CLEAR(self->chars[k].table);
+        Py_CLEAR(self->chars[k].merged);
+    }
+    for (int k = 0; k < self->n_words; k++) {
+        Py_CLEAR(self->words[k].table);
+        Py_CLEAR(self->words[k].merged);
+    }
+    self->n_chars = self->n_words = 0;
+    Py_CLEAR(self->first);
+    Py_CLEAR(self->reader);
+    Py_CLEAR(self->cues);
+    Py_CLEAR(self->context_cues);
+    Py_CLEAR(self->code);
+    Py_CLEAR(self->prediction);
+    Py_CLEAR(self->labels);
+    Py_CLEAR(self->kinds);
+    PyMem_Free(self->dense);
+    PyMem_Free(self->cal_z);
+    PyMem_Free(self->cal_p);
+    self->dense = self->cal_z = self->cal_p = NULL;
+}
+
+static void Scorer_dealloc(Scorer *self)
+{
+    Scorer_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static GramTable *gram_table_or_none(PyObject *o, int none_ok)
+{
+    if (o == Py_None && none_ok) {
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(o, &GramTableType) || ((GramTable *)o)->keys == NULL) {
+        PyErr_SetString(PyExc_TypeError, "expected a GramTable");
+        return NULL;
+    }
+    return (GramTable *)Py_NewRef(o);
+}
+
+static double *float_array(PyObject *seq, Py_ssize_t n)
+{
+    double *out = PyMem_Malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = PyTuple_GET_ITEM(seq, k);
+        if (!PyFloat_CheckExact(x)) {
+            PyMem_Free(out);
+            PyErr_SetString(PyExc_TypeError, "expected floats");
+            return NULL;
+        }
+        out[k] = PyFloat_AS_DOUBLE(x);
+    }
+    return out;
+}
+
+static int Scorer_init(Scorer *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"bias", "chars", "words", "first", "dense", "reader", "cues", "context_cues", "code",
+                             "calibration", "p_floor", "threshold", "prediction", "labels", "kinds",
+                             "kind_cues", NULL};
+    double bias, p_floor, threshold;
+    PyObject *chars, *words, *first, *dense, *reader, *cues, *context_cues, *code, *calibration, *prediction,
+        *labels, *kinds, *kind_cues;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "dO!O!OO!O!OOOOddOO!O!O!", kwlist, &bias, &PyList_Type, &chars,
+                                     &PyList_Type, &words, &first, &PyDict_Type, &dense, &DenseReaderType, &reader,
+                                     &cues, &context_cues, &code, &calibration, &p_floor, &threshold, &prediction,
+                                     &PyTuple_Type, &labels, &PyTuple_Type, &kinds, &PyTuple_Type, &kind_cues)) {
+        return -1;
+    }
+    Scorer_clear(self);
+    memset(self->need_chars, 0, sizeof(self->need_chars));
+    memset(self->need_words, 0, sizeof(self->need_words));
+    self->bias = bias;
+    self->p_floor = p_floor;
+    self->threshold = threshold;
+    if (PyList_GET_SIZE(chars) > 4 || PyList_GET_SIZE(words) > 4) {
+        PyErr_SetString(PyExc_ValueError, "at most 4 character and 4 word namespaces");
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(chars); k++) {
+        PyObject *step = PyList_GET_ITEM(chars, k), *orders, *table, *merged;
+        CharStep *c = &self->chars[self->n_chars];
+        if (!PyArg_ParseTuple(step, "iO!OiO", &c->ns, &PyTuple_Type, &orders, &table, &c->twin, &merged)) {
+            goto fail;
+        }
+        if (c->ns < 0 || c->ns > 3 || c->twin < -1 || c->twin > 3) {
+            PyErr_SetString(PyExc_ValueError, "a character namespace is 0 to 3");
+            goto fail;
+        }
+        c->norders = read_orders(orders, c->orders);
+        if (c->norders < 0 || (c->table = gram_table_or_none(table, 0)) == NULL) {
+            goto fail;
+        }
+        c->merged = gram_table_or_none(merged, 1);
+        self->n_chars++;
+        if (c->merged == NULL && PyErr_Occurred()) {
+            goto fail;
+        }
+        self->need_chars[c->ns] = 1;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(words); k++) {
+        PyObject *step = PyList_GET_ITEM(words, k), *table, *merged;
+        WordStep *w = &self->words[self->n_words];
+        if (!PyArg_ParseTuple(step, "iOiO", &w->ns, &table, &w->twin, &merged)) {
+            goto fail;
+        }
+        if (w->ns < 0 || w->ns > 3 || w->twin < -1 || w->twin > 3) {
+            PyErr_SetString(PyExc_ValueError, "a word namespace is 0 to 3");
+            goto fail;
+        }
+        if ((w->table = gram_table_or_none(table, 0)) == NULL) {
+            goto fail;
+        }
+        w->merged = gram_table_or_none(merged, 1);
+        self->n_words++;
+        if (w->merged == NULL && PyErr_Occurred()) {
+            goto fail;
+        }
+        self->need_words[w->ns] = 1;
+    }
+    if (first != Py_None) {
+        if (!PyDict_Check(first)) {
+            PyErr_SetString(PyExc_TypeError, "first: a dict or None");
+            goto fail;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(first, &pos, &key, &value)) {
+            if (!PyFloat_CheckExact(value)) {
+                PyErr_SetString(PyExc_TypeError, "the first words' weights must be floats");
+                goto fail;
+            }
+        }
+        self->first = Py_NewRef(first);
+    }
+    DenseReader *r = (DenseReader *)reader;
+    if (r->names == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dense reader not initialised");
+        goto fail;
+    }
+    self->reader = (DenseReader *)Py_NewRef(reader);
+    Py_ssize_t n_names = PyTuple_GET_SIZE(r->names);
+    self->dense = PyMem_Calloc((size_t)n_names, sizeof(double));
+    if (self->dense == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < n_names; k++) {
+        PyObject *w = PyDict_GetItemWithError(dense, PyTuple_GET_ITEM(r->names, k));
+        if (w == NULL && PyErr_Occurred()) {
+            goto fail;
+        }
+        if (w != NULL && !PyFloat_CheckExact(w)) {
+            PyErr_SetString(PyExc_TypeError, "the dense weights must be floats");
+            goto fail;
+        }
+        self->dense[k] = w == NULL ? 0.0 : PyFloat_AS_DOUBLE(w);
+    }
+    if ((self->cues = gram_table_or_none(cues, 0)) == NULL ||
+        (self->context_cues = gram_table_or_none(context_cues, 0)) == NULL ||
+        (self->code = gram_table_or_none(code, 0)) == NULL) {
+        goto fail;
+    }
+    if (r->n_cues > 64 || r->n_context > 64) {
+        PyErr_SetString(PyExc_ValueError, "at most 64 cue lexicons");
+        goto fail;
+    }
+    if (calibration != Py_None) {
+        PyObject *zs, *ps;
+        if (!PyArg_ParseTuple(calibration, "O!O!", &PyTuple_Type, &zs, &PyTuple_Type, &ps)) {
+            goto fail;
+        }
+        self->n_cal = PyTuple_GET_SIZE(zs);
+        if (self->n_cal < 1 || PyTuple_GET_SIZE(ps) != self->n_cal) {
+            PyErr_SetString(PyExc_ValueError, "a calibration table of as many knots as values, one at least");
+            goto fail;
+        }
+        if ((self->cal_z = float_array(zs, self->n_cal)) == NULL ||
+            (self->cal_p = float_array(ps, self->n_cal)) == NULL) {
+            goto fail;
+        }
+    }
+    if (PyTuple_GET_SIZE(labels) != 2 || PyTuple_GET_SIZE(kinds) != N_KINDS ||
+        PyTuple_GET_SIZE(kind_cues) != N_KIND_CUES) {
+        PyErr_Format(PyExc_ValueError, "expected 2 labels, %d kinds and %d cue places", N_KINDS, N_KIND_CUES);
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < N_KIND_CUES; k++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(kind_cues, k));
+        if (at == -1 && PyErr_Occurred()) {
+            goto fail;
+        }
+        if (at < 0 || at >= r->n_cues) {
+            PyErr_SetString(PyExc_ValueError, "a cue place out of range");
+            goto fail;
+        }
+        self->kind_cues[k] = at;
+    }
+    self->prediction = Py_NewRef(prediction);
+    self->labels = Py_NewRef(labels);
+    self->kinds = Py_NewRef(kinds);
+    return 0;
+fail:
+    Scorer_clear(self);
+    return -1;
+}
+
+/* ``s.lower()``: an ASCII text without a capital is itself */
+static PyObject *lowered(PyObject *s)
+{
+    if (!PyUnicode_IS_ASCII(s)) {
+        return PyObject_CallMethodNoArgs(s, lower_name);
+    }
+    const Py_UCS1 *data = PyUnicode_1BYTE_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s), i = 0;
+    while (i < n && !(data[i] >= 'A' && data[i] <= 'Z')) {
+        i++;
+    }
+    if (i == n) {
+        return Py_NewRef(s);
+    }
+    PyObject *out = PyUnicode_New(n, 127);
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_UCS1 *dst = PyUnicode_1BYTE_DATA(out);
+    memcpy(dst, data, (size_t)i);
+    for (; i < n; i++) {
+        Py_UCS1 c = data[i];
+        dst[i] = c >= 'A' && c <= 'Z' ? (Py_UCS1)(c + ('a' - 'A')) : c;
+    }
+    return out;
+}
+
+/* ``text[start:end].lower()`` */
+static PyObject *lowered_slice(PyObject *text, Py_ssize_t start, Py_ssize_t end)
+{
+    PyObject *part = PyUnicode_Substring(text, start, end);
+    if (part == NULL) {
+        return NULL;
+    }
+    PyObject *out = lowered(part);
+    Py_DECREF(part);
+    return out;
+}
+
+/* ``a + "\n" + b`` of two slices of ``text``, in the narrowest form that holds them as ``+`` makes it */
+static PyObject *joined_slices(PyObject *text, Py_ssize_t a0, Py_ssize_t a1, Py_ssize_t b0, Py_ssize_t b1)
+{
+    PyObject *a = PyUnicode_Substring(text, a0, a1), *b = PyUnicode_Substring(text, b0, b1), *out = NULL;
+    if (a != NULL && b != NULL) {
+        Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+        Py_UCS4 maxchar = PyUnicode_MAX_CHAR_VALUE(a);
+        if (PyUnicode_MAX_CHAR_VALUE(b) > maxchar) {
+            maxchar = PyUnicode_MAX_CHAR_VALUE(b);
+        }
+        out = PyUnicode_New(la + 1 + lb, maxchar);
+        if (out != NULL) {
+            PyUnicode_WRITE(PyUnicode_KIND(out), PyUnicode_DATA(out), la, '\n');
+            if (PyUnicode_CopyCharacters(out, 0, a, 0, la) < 0 || PyUnicode_CopyCharacters(out, la + 1, b, 0, lb) < 0) {
+                Py_CLEAR(out);
+            }
+        }
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return out;
+}
+
+/* ``features._norm`` of ``text[start:end]`` */
+static PyObject *norm_slice(PyObject *text, Py_ssize_t start, Py_ssize_t end)
+{
+    PyObject *part = PyUnicode_Substring(text, start, end);
+    if (part == NULL) {
+        return NULL;
+    }
+    PyObject *out = norm(NULL, part);
+    Py_DECREF(part);
+    return out;
+}
+
+static inline int ends_sentence(Py_UCS4 c) /* ``(?<=[.!?;:])`` */
+{
+    return c == '.' || c == '!' || c == '?' || c == ';' || c == ':';
+}
+
+static inline int ends_cjk_sentence(Py_UCS4 c) /* ``(?<=[\u3002\uff01\uff1f\uff1a])`` */
+{
+    return c == 0x3002 || c == 0xff01 || c == 0xff1f || c == 0xff1a;
+}
+
+/* The end of the last match of ``_SEGMENT_END`` in the line ``t[lo:hi]`` (no "\n" in it; ``t[hi - 1]`` is
+   not white space), -1 for none. Its matches are the white space runs after a sentence mark, whole, and the
+   empty places after a CJK mark: no run holds such a place, so they never overlap and the last one is
+   found from the end. */
+static Py_ssize_t last_segment_end(const Text *t, Py_ssize_t lo, Py_ssize_t hi)
+{
+    Py_ssize_t i = hi;
+    while (i > lo) {
+        Py_UCS4 c = AT(t, i - 1);
+        if (ends_cjk_sentence(c)) {
+            return i;
+        }
+        if (is_space(c)) {
+            Py_ssize_t r = i - 1;
+            while (r > lo && is_space(AT(t, r - 1))) {
+                r--;
+            }
+            if (r > lo && ends_sentence(AT(t, r - 1))) {
+                return i;
+            }
+            i = r;
+            continue;
+        }
+        i--;
+    }
+    return -1;
+}
+
+/* ``features.last_segment(text)`` as the extent [*a, *b) of ``text``, empty for "" */
+static void last_segment(const Text *t, Py_ssize_t *a, Py_ssize_t *b)
+{
+    *a = *b = 0;
+    if (t->len <= LAST_MIN_TEXT) {
+        return;
+    }
+    Py_ssize_t start = t->len > LAST_MAX + 1 ? t->len - (LAST_MAX + 1) : 0, end = t->len;
+    while (end > start && is_space(AT(t, end - 1))) { /* ``.rstrip()`` */
+        end--;
+    }
+    Py_ssize_t line = end; /* the last line: after the last "\n" */
+    while (line > start && AT(t, line - 1) != '\n') {
+        line--;
+    }
+    Py_ssize_t from = last_segment_end(t, line, end), lo, hi = end;
+    if (from < 0) { /* one piece: the line */
+        lo = line;
+    }
+    else if (from < end) {
+        lo = from;
+    }
+    else { /* the last piece is empty (a CJK mark ends the line): the one before it */
+        Py_ssize_t before = last_segment_end(t, line, end - 1);
+        lo = before < 0 ? line : before;
+    }
+    strip_range(t, &lo, &hi);
+    if (hi - lo < LAST_MAX) {
+        *a = lo;
+        *b = hi;
+    }
+}
+
+static int lower_and_hash(PyObject *text, Py_ssize_t start, Py_ssize_t end, int bigrams, Words *w)
+{
+    PyObject *low = lowered_slice(text, start, end);
+    if (low == NULL) {
+        return -1;
+    }
+    int rc = hash_words(low, bigrams, w);
+    Py_DECREF(low);
+    return rc;
+}
+
+static inline double lexicon_flag(uint64_t bits, Py_ssize_t k)
+{
+    return bits >> k & 1 ? 1.0 : 0.0;
+}
+
+PyDoc_STRVAR(scorer_predict_doc,
+             "predict(text, context, turns, has_system, tools, constrained, shift) -> Prediction | None\n\n"
+             "``Classifier.predict`` of a view with these fields and the request fields' ``shift``; None where "
+             "the scanned window holds a CJK character (the caller then reads the sets).");
+
+static PyObject *Scorer_predict(Scorer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "predict(text: str, context: str, turns: int, has_system: bool, "
+                                         "tools: bool, constrained: float, shift: float)");
+        return NULL;
+    }
+    if (self->reader == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "scorer not initialised");
+        return NULL;
+    }
+    PyObject *text = args[0], *ctx = args[1];
+    Py_ssize_t turns = PyLong_AsSsize_t(args[2]);
+    int has_system = turns == -1 && PyErr_Occurred() ? -1 : PyObject_IsTrue(args[3]);
+    int tools = has_system < 0 ? -1 : PyObject_IsTrue(args[4]);
+    int constrained = tools < 0 ? -1 : PyObject_IsTrue(args[5]);
+    double shift = constrained < 0 ? -1.0 : PyFloat_AsDouble(args[6]);
+    if (shift == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (MAKE_READY(text) == -1 || MAKE_READY(ctx) == -1) {
+        return NULL;
+    }
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text), clen = PyUnicode_GET_LENGTH(ctx);
+    PyObject *scanned = len <= WINDOW_HEAD + WINDOW_TAIL
+                            ? Py_NewRef(text)
+                            : joined_slices(text, 0, WINDOW_HEAD, len - WINDOW_TAIL, len);
+    if (scanned == NULL) {
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(scanned)) { /* ``_FROM_KANA``: a character from U+3040 on */
+        Text s = {PyUnicode_KIND(scanned), PyUnicode_DATA(scanned), PyUnicode_GET_LENGTH(scanned)};
+        for (Py_ssize_t i = 0; i < s.len; i++) {
+            if (AT(&s, i) >= 0x3040) {
+                Py_DECREF(scanned);
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    PyObject *result = NULL, *low = NULL, *windows[4] = {NULL, NULL, NULL, NULL};
+    Words sc = {0}, head = {0}, tail = {0}, context = {0}, last = {0}, whole_context = {0};
+    Words *word_windows[4] = {NULL, NULL, NULL, NULL};
+
+    /* the words: the scanned window, the tail and head windows (the scanned one where the text is short),
+       the cue lexicons' bits and the code keywords */
+    low = lowered(scanned);
+    if (low == NULL || hash_words(low, 1, &sc) < 0) {
+        goto done;
+    }
+    Words *tail_w = &sc, *head_w = &sc;
+    if (len > TAIL_NS) {
+        if (lower_and_hash(text, len - TAIL_NS, len, 1, &tail) < 0) {
+            goto done;
+        }
+        tail_w = &tail;
+    }
+    if (len > HEAD_NS) {
+        if (lower_and_hash(text, 0, HEAD_NS, 1, &head) < 0) {
+            goto done;
+        }
+        head_w = &head;
+    }
+    uint64_t bits = hashes_bits(self->cues, head_w->hashes, head_w->n);
+    if (tail_w != head_w) {
+        bits |= hashes_bits(self->cues, tail_w->hashes, tail_w->n);
+    }
+    Py_ssize_t code_kw = (Py_ssize_t)hashes_sum(self->code, sc.hashes, sc.n);
+    uint64_t context_bits = 0;
+    if (clen) {
+        if (lower_and_hash(ctx, 0, clen < CONTEXT_HEAD_NS ? clen : CONTEXT_HEAD_NS, 1, &context) < 0) {
+            goto done;
+        }
+        context_bits = hashes_bits(self->context_cues, context.hashes, context.n);
+    }
+    int with_context = clen && (self->need_words[NS_X] || self->need_chars[NS_CX]);
+    word_windows[NS_WH] = head_w;
+    word_windows[NS_WT] = tail_w;
+    if (self->need_words[NS_WL]) {
+        Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), len};
+        Py_ssize_t a, b;
+        last_segment(&t, &a, &b);
+        if (b > a) {
+            if (lower_and_hash(text, a, b, 1, &last) < 0) {
+                goto done;
+            }
+            word_windows[NS_WL] = &last;
+        }
+    }
+    if (with_context && self->need_words[NS_X]) {
+        if (lower_and_hash(ctx, 0, clen < CONTEXT_WINDOW ? clen : CONTEXT_WINDOW, 0, &whole_context) < 0) {
+            goto done;
+        }
+        word_windows[NS_X] = &whole_context;
+    }
+
+    /* the character windows (``features.char_windows``; a short text's head and tail are one window) */
+    if (self->need_chars[NS_CH] || self->need_chars[NS_CT]) {
+        windows[NS_CH] = norm_slice(text, 0, len < CHAR_HEAD ? len : CHAR_HEAD);
+        if (windows[NS_CH] == NULL) {
+            goto done;
+        }
+    }
+    if (self->need_chars[NS_CT]) {
+        windows[NS_CT] = len <= CHAR_HEAD ? Py_NewRef(windows[NS_CH]) : norm_slice(text, len > CHAR_TAIL ? len - CHAR_TAIL : 0, len);
+        if (windows[NS_CT] == NULL) {
+            goto done;
+        }
+    }
+    if (self->need_chars[NS_CB] && len > CHAR_HEAD + CHAR_TAIL) {
+        PyObject *body = len - CHAR_HEAD - CHAR_TAIL > 2 * CHAR_BODY
+                             ? joined_slices(text, CHAR_HEAD, CHAR_HEAD + CHAR_BODY, len - CHAR_TAIL - CHAR_BODY,
+                                             len - CHAR_TAIL)
+                             : PyUnicode_Substring(text, CHAR_HEAD, len - CHAR_TAIL);
+        if (body == NULL) {
+            goto done;
+        }
+        PyObject *normed = norm(NULL, body);
+        Py_DECREF(body);
+        if (normed == NULL) {
+            goto done;
+        }
+        Py_ssize_t n = PyUnicode_GET_LENGTH(normed);
+        windows[NS_CB] = PyUnicode_Substring(normed, 0, n < 2 * CHAR_BODY ? n : 2 * CHAR_BODY);
+        Py_DECREF(normed);
+        if (windows[NS_CB] == NULL) {
+            goto done;
+        }
+    }
+    if (with_context && self->need_chars[NS_CX]) {
+        windows[NS_CX] = norm_slice(ctx, 0, clen < CHAR_CONTEXT ? clen : CHAR_CONTEXT);
+        if (windows[NS_CX] == NULL) {
+            goto done;
+        }
+    }
+
+    /* the structural cues */
+    double base[N_BASE];
+    int layout[N_LAYOUT];
+    if (dense_values(text, scanned, sc.tokens, sc.marks, code_kw, turns, has_system, clen, base, layout) < 0) {
+        goto done;
+    }
+
+    /* ``Classifier.score``: the bias, the character namespaces, the word namespaces, the first words, the
+       dense cues */
+    double z = self->bias;
+    double share = 0.0;
+    for (int k = 0; k < self->n_chars; k++) {
+        const CharStep *c = &self->chars[k];
+        PyObject *window = windows[c->ns];
+        if (window == NULL || PyUnicode_GET_LENGTH(window) == 0) {
+            continue;
+        }
+        const GramTable *table = c->table;
+        if (c->twin >= 0 && windows[c->twin] == window) {
+            if (c->merged == NULL) {
+                continue;
+            }
+            table = c->merged;
+        }
+        double total;
+        Py_ssize_t distinct;
+        if (gram_score(table, window, c->orders, c->norders, &total, &distinct) < 0) {
+            goto done;
+        }
+        if (distinct) {
+            share += total / sqrt((double)distinct);
+        }
+    }
+    z += share;
+    share = 0.0;
+    for (int k = 0; k < self->n_words; k++) {
+        const WordStep *w = &self->words[k];
+        Words *words = word_windows[w->ns];
+        if (words == NULL || words->n == 0) {
+            continue;
+        }
+        const GramTable *table = w->table;
+        if (w->twin >= 0 && word_windows[w->twin] == words) {
+            if (w->merged == NULL) {
+                continue;
+            }
+            table = w->merged;
+        }
+        share += hashes_sum(table, words->hashes, words->n) / sqrt((double)words->n);
+    }
+    z += share;
+    if (self->first != NULL && sc.nfirst > 0) {
+        /* the first word, and the first two joined by a space */
+        PyObject *grams[2] = {NULL, NULL};
+        PySum sum = {0.0, 0.0, 1};
+        int ok = 1;
+        for (Py_ssize_t f = 0; f < sc.nfirst && ok; f++) {
+            PyObject *word = PyUnicode_Substring(low, sc.first_start[f], sc.first_start[f] + sc.first_len[f]);
+            if (word == NULL) {
+                ok = 0;
+            }
+            else if (f == 0) {
+                grams[0] = word;
+            }
+            else {
+                grams[1] = pair(grams[0], word);
+                Py_DECREF(word);
+                ok = grams[1] != NULL;
+            }
+        }
+        for (int g = 0; g < 2 && ok && grams[g] != NULL; g++) {
+            PyObject *w = PyDict_GetItemWithError(self->first, grams[g]);
+            if (w == NULL && PyErr_Occurred()) {
+                ok = 0;
+            }
+            else if (w != NULL && !PyFloat_CheckExact(w)) {
+                PyErr_SetString(PyExc_TypeError, "the first words' weights must be floats");
+                ok = 0;
+            }
+            else {
+                pysum_add(&sum, w == NULL ? 0.0 : PyFloat_AS_DOUBLE(w));
+            }
+        }
+        Py_XDECREF(grams[0]);
+        Py_XDECREF(grams[1]);
+        if (!ok) {
+            goto done;
+        }
+        z += pysum_result(&sum) / sqrt((double)sc.nfirst);
+    }
+    {
+        /* the dense cues in the order ``features`` writes them: base, the layout cues that are set, the cue
+           lexicons, the chat context's */
+        PySum sum = {0.0, 0.0, 1};
+        const double *w = self->dense;
+        for (int k = 0; k < N_BASE; k++) {
+            pysum_add(&sum, w[k] * base[k]);
+        }
+        for (int k = 0; k < N_LAYOUT; k++) {
+            if (layout[k]) {
+                pysum_add(&sum, w[N_BASE + k] * 1.0);
+            }
+        }
+        Py_ssize_t at = N_BASE + N_LAYOUT, n_cues = self->reader->n_cues;
+        for (Py_ssize_t k = 0; k < n_cues; k++) {
+            pysum_add(&sum, w[at + k] * lexicon_flag(bits, k));
+        }
+        if (clen) {
+            for (Py_ssize_t k = 0; k < self->reader->n_context; k++) {
+                pysum_add(&sum, w[at + n_cues + k] * lexicon_flag(context_bits, k));
+            }
+        }
+        z = z + pysum_result(&sum);
+    }
+
+    /* ``Classifier.calibrated``: the table (bisection, linear between knots, flat beyond) and ``logit`` */
+    if (self->cal_z != NULL) {
+        const double *zs = self->cal_z, *ps = self->cal_p;
+        Py_ssize_t lo = 0, hi = self->n_cal;
+        while (lo < hi) { /* ``bisect.bisect_right`` */
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (z < zs[mid]) {
+                hi = mid;
+            }
+            else {
+                lo = mid + 1;
+            }
+        }
+        double p;
+        if (lo == 0) {
+            p = ps[0];
+        }
+        else if (lo == self->n_cal) {
+            p = ps[self->n_cal - 1];
+        }
+        else {
+            double z0 = zs[lo - 1], z1 = zs[lo];
+            p = ps[lo - 1] + (ps[lo] - ps[lo - 1]) * (z - z0) / (z1 - z0);
+        }
+        double top = 1.0 - self->p_floor, kept = self->p_floor; /* ``min(1 - P_FLOOR, max(P_FLOOR, p))`` */
+        if (p > kept) {
+            kept = p;
+        }
+        if (!(kept < top)) {
+            kept = top;
+        }
+        z = log(kept / (1.0 - kept));
+    }
+    z = z + shift;
+
+    /* ``_sigmoid``, the label and ``kinds.kind_of`` */
+    double p;
+    if (z >= 0) {
+        p = 1.0 / (1.0 + exp(-z));
+    }
+    else {
+        double e = exp(z);
+        p = e / (1.0 + e);
+    }
+#define CUE(k) ((bits >> self->kind_cues[k]) & 1)
+    int kind;
+    if (tools) {
+        kind = KIND_TOOLS;
+    }
+    else if (constrained) {
+        kind = KIND_DATA_FORMAT;
+    }
+    else if (base[B_NUMSEQ] != 0.0 || base[B_MAX_REP] > 0.5 || CUE(K_REPEAT)) {
+        kind = KIND_REPETITION;
+    }
+    else if (base[B_FENCE] != 0.0 || base[B_CODE_KW] > 0.8 || CUE(K_CODE)) {
+        kind = KIND_CODE;
+    }
+    else if (base[B_JSON_KEYS] > 0.5 || CUE(K_FORMAT) || CUE(K_CONFIG) || CUE(K_TEMPLATE)) {
+        kind = KIND_DATA_FORMAT;
+    }
+    else if (CUE(K_EXTRACT)) {
+        kind = KIND_EXTRACTION;
+    }
+    else if (CUE(K_REWRITE)) {
+        kind = KIND_REWRITE;
+    }
+    else if (base[B_DIGITS] > 0.15 && CUE(K_MATH)) {
+        kind = KIND_MATH;
+    }
+    else if (CUE(K_CREATIVE)) {
+        kind = KIND_CREATIVE;
+    }
+    else if (turns >= 3 || base[B_SPEAKERS] > 0.5) {
+        kind = KIND_CHAT;
+    }
+    else {
+        kind = KIND_QA;
+    }
+#undef CUE
+    PyObject *p_obj = PyFloat_FromDouble(p);
+    if (p_obj == NULL) {
+        goto done;
+    }
+    PyObject *call_args[3] = {p_obj, PyTuple_GET_ITEM(self->labels, p > self->threshold ? 0 : 1),
+                              PyTuple_GET_ITEM(self->kinds, kind)};
+    result = PyObject_Vectorcall(self->prediction, call_args, 3, NULL);
+    Py_DECREF(p_obj);
+done:
+    Py_DECREF(scanned);
+    Py_XDECREF(low);
+    for (int k = 0; k < 4; k++) {
+        Py_XDECREF(windows[k]);
+    }
+    PyMem_Free(sc.hashes);
+    PyMem_Free(head.hashes);
+    PyMem_Free(tail.hashes);
+    PyMem_Free(context.hashes);
+    PyMem_Free(last.hashes);
+    PyMem_Free(whole_context.hashes);
+    return result;
+}
+
+static PyMethodDef Scorer_methods[] = {
+    {"predict", (PyCFunction)(void (*)(void))Scorer_predict, METH_FASTCALL, scorer_predict_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(Scorer_doc,
+             "Scorer(bias, chars, words, first, dense, reader, cues, context_cues, code, calibration, p_floor, "
+             "threshold, prediction, labels, kinds, kind_cues)\n\n"
+             "A classifier's whole prediction after the request's view (``Classifier._scorer``).");
+
+static PyTypeObject ScorerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "classifiers._grams.Scorer",
+    .tp_basicsize = sizeof(Scorer),
+    .tp_dealloc = (destructor)Scorer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = Scorer_doc,
+    .tp_methods = Scorer_methods,
+    .tp_init = (initproc)Scorer_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static PyMethodDef module_methods[] = {
     {"word_grams", (PyCFunction)word_grams, METH_O, word_grams_doc},
     {"word_hashes", (PyCFunction)(void (*)(void))word_hashes, METH_FASTCALL, word_hashes_doc},
@@ -1379,7 +2299,7 @@ static struct PyModuleDef grams_module = {
 
 PyMODINIT_FUNC PyInit__grams(void)
 {
-    if (PyType_Ready(&GramTableType) < 0 || PyType_Ready(&DenseReaderType) < 0) {
+    if (PyType_Ready(&GramTableType) < 0 || PyType_Ready(&DenseReaderType) < 0 || PyType_Ready(&ScorerType) < 0) {
         return NULL;
     }
     if (hash_token == NULL) {
@@ -1403,6 +2323,12 @@ PyMODINIT_FUNC PyInit__grams(void)
     Py_INCREF(&DenseReaderType);
     if (PyModule_AddObject(m, "DenseReader", (PyObject *)&DenseReaderType) < 0) {
         Py_DECREF(&DenseReaderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ScorerType);
+    if (PyModule_AddObject(m, "Scorer", (PyObject *)&ScorerType) < 0) {
+        Py_DECREF(&ScorerType);
         Py_DECREF(m);
         return NULL;
     }

@@ -1,4 +1,5 @@
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 class GramTable:
     """A model namespace's gram -> weight table, keyed by the grams' hashes (classifiers/_grams.c)."""
@@ -52,3 +53,43 @@ def weighted_sum(weights: dict[str, float], values: dict[str, float], /) -> floa
 def norm(text: str, /) -> str:
     """``text`` lower-cased, the ASCII digits 1-9 folded to 0, white space runs to one space, stripped:
     ``features._norm_py``."""
+
+_P = TypeVar("_P")
+
+class Scorer(Generic[_P]):
+    """A classifier's whole prediction after the request's view (classifiers/_grams.c): ``extract``,
+    ``score``, ``calibrated``, the shift, the sigmoid, the label and ``kind_of`` in one call, the same
+    floats."""
+
+    def __init__(
+        self,
+        bias: float,
+        chars: list[tuple[int, tuple[int, ...], GramTable, int, GramTable | None]],
+        words: list[tuple[int, GramTable, int, GramTable | None]],
+        first: dict[str, float] | None,
+        dense: dict[str, float],
+        reader: DenseReader,
+        cues: GramTable,
+        context_cues: GramTable,
+        code: GramTable,
+        calibration: tuple[tuple[float, ...], tuple[float, ...]] | None,
+        p_floor: float,
+        threshold: float,
+        prediction: Callable[..., _P],  # called with (p, label, kind)
+        labels: tuple[str, str],
+        kinds: tuple[str, ...],
+        kind_cues: tuple[int, ...],
+    ) -> None: ...
+    def predict(
+        self,
+        text: str,
+        context: str,
+        turns: int,
+        has_system: bool,
+        tools: bool,
+        constrained: float,
+        shift: float,
+        /,
+    ) -> _P | None:
+        """The prediction of a view with these fields and the request fields' ``shift``: ``prediction(p,
+        label, kind)``; None where the scanned window holds a CJK character."""

@@ -17,8 +17,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from operator import add
+from typing import TYPE_CHECKING
 
 from classifiers.request import RequestView
+
+if TYPE_CHECKING:
+    from classifiers._grams import DenseReader
 
 HEAD, TAIL = 250, 300  # scanned window of the main text (structural cues)
 TAIL_NS = 240  # the "instruction" windows: last and first characters of the main text
@@ -517,19 +521,29 @@ DenseRead = Callable[
 ]
 
 
-def _c_dense() -> DenseRead | None:
-    """``_dense`` in C (``classifiers._grams.DenseReader``) where the package was built with it: the same
-    dict, key for key and float for float, in one pass over the window
-    (tests/classifiers/test_grams_dense.py); None otherwise, and ``_dense`` computes them."""
+def _c_dense_reader() -> DenseReader | None:
+    """``classifiers._grams.DenseReader`` under the cues' names where the package was built with it."""
     try:
         from classifiers._grams import DenseReader
     except ImportError:
         return None
-    read: DenseRead = DenseReader(DENSE_BASE, DENSE_LAYOUT, tuple(_CUE_NAMES), tuple(_CONTEXT_NAMES)).read
+    return DenseReader(DENSE_BASE, DENSE_LAYOUT, tuple(_CUE_NAMES), tuple(_CONTEXT_NAMES))
+
+
+def _c_dense() -> DenseRead | None:
+    """``_dense`` in C (``classifiers._grams.DenseReader``) where the package was built with it: the same
+    dict, key for key and float for float, in one pass over the window
+    (tests/classifiers/test_grams_dense.py); None otherwise, and ``_dense`` computes them."""
+    reader = _c_dense_reader()
+    if reader is None:
+        return None
+    read: DenseRead = reader.read
     return read
 
 
-DENSE_READ = _c_dense()
+# the reader itself hands its names to the C scorer (``classifiers/model.py``)
+DENSE_READER = _c_dense_reader()
+DENSE_READ: DenseRead | None = None if DENSE_READER is None else DENSE_READER.read
 
 
 _QUESTION_ENDS = ("?", "？", "؟", ";", "\u037e", "।")  # Latin, CJK, Arabic, Greek, Devanagari question marks

@@ -23,6 +23,11 @@ KINDS = (
 )
 
 
+# the cue lexicons ``kind_of`` reads, in the order ``classifiers._grams.Scorer`` takes their places in
+# ``features.CUES`` (the C scorer's kind follows these rules, tests/classifiers/test_grams_scorer.py)
+KIND_CUES = ("repeat", "code", "format", "config", "template", "extract", "rewrite", "math", "creative")
+
+
 def kind_of(view: RequestView, feats: Features) -> str:
     d = feats.dense
     if view.tools:

@@ -20,13 +20,22 @@ from operator import mul
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from classifiers.calibration import Calibration, logit
-from classifiers.features import CHAR_ORDERS, HASHED, HASHED_NAMESPACES, NAMESPACES, Features, extract
-from classifiers.kinds import kind_of
+from classifiers.calibration import P_FLOOR, Calibration, logit
+from classifiers.features import (
+    CHAR_ORDERS,
+    CUES,
+    DENSE_READER,
+    HASHED,
+    HASHED_NAMESPACES,
+    NAMESPACES,
+    Features,
+    extract,
+)
+from classifiers.kinds import KIND_CUES, KINDS, kind_of
 from classifiers.request import RequestView, record, view
 
 if TYPE_CHECKING:
-    from classifiers._grams import GramTable
+    from classifiers._grams import GramTable, Scorer
 
 
 def _gram_table() -> type[GramTable] | None:
@@ -61,6 +70,18 @@ def _c_weighted_sum() -> Callable[[dict[str, float], dict[str, float]], float] |
 
 WEIGHTED_SUM = _c_weighted_sum()
 
+
+def _c_scorer() -> type[Scorer[Prediction]] | None:
+    """``classifiers._grams.Scorer``: the whole prediction after the request's view in one call, the same
+    floats as ``extract``, ``score``, ``calibrated`` and ``kind_of`` (tests/classifiers/test_grams_scorer.py);
+    None where the extension is missing."""
+    try:
+        from classifiers._grams import Scorer
+    except ImportError:
+        return None
+    return Scorer
+
+
 MODEL_FILE = Path(__file__).parent / "model" / "model.json.gz"
 FORMAT_VERSION = 3  # 3 added the calibration table; 2 (without it) still loads
 READABLE_FORMATS = (2, 3)
@@ -87,6 +108,7 @@ class Prediction:
 
 
 NEUTRAL = Prediction(0.5, "open-ended", "qa")
+SCORER = _c_scorer()
 
 
 def _sigmoid(z: float) -> float:
@@ -167,6 +189,10 @@ class Classifier:
     _weighted_sum: Callable[[dict[str, float], dict[str, float]], float] | None = field(
         init=False, repr=False, compare=False
     )
+    # the whole prediction in C (``classifiers._grams.Scorer``) where the gram tables, the hashed words, the
+    # dense reader and float weights are all there; None otherwise, and ``predict`` goes through ``extract``
+    # and ``score``
+    _scorer: Scorer[Prediction] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.used = frozenset(ns for ns, table in self.sparse.items() if table)
@@ -214,6 +240,53 @@ class Classifier:
                 ]
             except ValueError:
                 self._word_plan = None
+        self._scorer = self._c_scorer()
+
+    def _c_scorer(self) -> Scorer[Prediction] | None:
+        first = self.sparse.get("f")
+        if (
+            SCORER is None
+            or self._char_plan is None
+            or self._word_plan is None
+            or self._weighted_sum is None
+            or DENSE_READER is None
+            or HASHED is None
+            or (first and not all(type(w) is float for w in first.values()))
+            or (
+                self.calibration is not None
+                and not (
+                    self.calibration.z
+                    and all(type(x) is float for x in self.calibration.z + self.calibration.p)
+                )
+            )
+        ):
+            return None
+        chars, words = list(CHAR_ORDERS), list(HASHED_NAMESPACES)
+        cues = list(CUES)
+        return SCORER(
+            self.bias,
+            [
+                (chars.index(ns), orders, table, -1 if twin is None else chars.index(twin), merged)
+                for ns, orders, table, twin, merged in self._char_plan
+            ],
+            [
+                (words.index(ns), table, -1 if twin is None else words.index(twin), merged)
+                for ns, table, twin, merged in self._word_plan
+            ],
+            first or None,
+            self.dense,
+            DENSE_READER,
+            HASHED.cues,
+            HASHED.context_cues,
+            HASHED.code,
+            None if self.calibration is None else (self.calibration.z, self.calibration.p),
+            P_FLOOR,
+            float(self.threshold),
+            Prediction,
+            ("structured", "open-ended"),
+            KINDS,
+            tuple(cues.index(name) for name in KIND_CUES),
+        )
 
     def _parts(self, f: Features) -> list[tuple[str, set[str], dict[str, float]]]:
         empty: dict[str, float] = {}
@@ -298,6 +371,12 @@ class Classifier:
                 z = _shift(v)
                 kind = "tools" if v.tools else "data-format" if v.constrained else "qa"
                 return self._prediction(z, kind)
+            scorer = self._scorer
+            if scorer is not None:
+                # in C, but for a scanned window with CJK characters (None): those read their grams as sets
+                out = scorer.predict(text, context, v.turns, v.has_system, v.tools, v.constrained, _shift(v))
+                if out is not None:
+                    return out
             f = extract(
                 v, self.used, char_grams=self._char_plan is None, hashed_words=self._word_plan is not None
             )

@@ -150,6 +150,7 @@ def _c_and_python(body: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tupl
         m.setattr(F, "DENSE_READ", None)
         m.setattr(F, "_norm", F._norm_py)
         m.setattr(clf, "_weighted_sum", None)
+        m.setattr(clf, "_scorer", None)
         python = (clf.predict(body), _features(v, clf))
     return c, python
 
