@@ -385,8 +385,16 @@ def test_without_the_extension_the_python_computes_the_cues(monkeypatch: pytest.
 
 
 def _same_text(a: str, b: str) -> bool:
-    # equal, and held in the same width (a str outside its narrowest form would compare wrongly elsewhere)
-    return a == b and sys.getsizeof(a) == sys.getsizeof(b)
+    """Equal (which compares the storage width too), and held in the form a fresh copy takes: a str
+    outside its narrowest form, or ASCII not flagged as such, would compare wrongly elsewhere.
+
+    Against a fresh copy rather than ``b``: the size of a str counts its cached UTF-8 form, which a
+    one-character str (a shared object) may carry from anywhere else in the process."""
+    if a != b:
+        return False
+    if len(a) > 1:
+        return sys.getsizeof(a) == sys.getsizeof("".join([a[:1], a[1:]]))
+    return a.isascii() == all(ord(c) < 128 for c in a)
 
 
 @needs_c
