@@ -442,6 +442,16 @@ class Upstreams:
         stream together last no longer."""
         return asyncio.get_running_loop().time() + self.settings.timeouts.total_s
 
+    def _too_large(self, sent: Sent, what: str) -> UpstreamTooLarge:
+        """Count and log an answer larger than ``limits.max_response_bytes``; the error that ends it.
+        The endpoint is not at fault (the request asked for that much): it is not marked failed."""
+        self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "too_large").inc()
+        limit = self.max_response
+        log.warning(
+            "%s from %s/%s over limits.max_response_bytes (%d)", what, sent.pool, sent.endpoint.name, limit
+        )
+        return UpstreamTooLarge(f"the upstream's answer is larger than the gateway may hold ({limit} bytes)")
+
     def _protocol_error(self, sent: Sent) -> None:
         self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "protocol").inc()
         self.failed(sent.endpoint, sent.sent_at)
@@ -571,15 +581,8 @@ class Upstreams:
                     # an event that never ends, or a body to assemble that never ends, is not held
                     # until memory runs out
                     failed = 502
-                    self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "too_large").inc()
-                    log.warning(
-                        "stream from %s/%s holds more than limits.max_response_bytes (%d): ended",
-                        sent.pool,
-                        sent.endpoint.name,
-                        limit,
-                    )
                     meter.discard_partial()
-                    raise UpstreamTooLarge(_too_large(limit))
+                    raise self._too_large(sent, "stream")
                 if out:
                     yield out
                 try:
@@ -704,14 +707,7 @@ class Upstreams:
                         break
                     parts.append(piece)
             if size > limit:
-                self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "too_large").inc()
-                log.warning(
-                    "answer from %s/%s is over limits.max_response_bytes (%d): a 502",
-                    sent.pool,
-                    sent.endpoint.name,
-                    limit,
-                )
-                raise UpstreamTooLarge(_too_large(limit))
+                raise self._too_large(sent, "answer")
             complete = True
         except TimeoutError:
             self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "timeout").inc()
@@ -786,10 +782,6 @@ class _UpstreamStatus(Exception):
         self.status = status
         self.body = body
         self.retry_after = retry_after
-
-
-def _too_large(limit: int) -> str:
-    return f"the upstream's answer is larger than the gateway may hold ({limit} bytes)"
 
 
 def _seconds(retry_after: str | None) -> float | None:
