@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import Any, TypeVar
 
@@ -132,16 +133,7 @@ async def _handle(request: Request, api: Api) -> Response:
         first_byte_s = gw.settings.timeouts.total_s if out.meter.collect is not None else None
         # timeouts.total_s bounds the tries, the first byte's wait and the stream together
         ex.deadline = gw.upstreams.deadline()
-        sending = gw.upstreams.send(
-            PATHS[api],
-            out.body,
-            out.headers,
-            decision.pool,
-            first_byte_s=first_byte_s,
-            tried=tried,
-            deadline=ex.deadline,
-        )
-        sent = await _unless_disconnected(request, sending)
+        sent = await _unless_disconnected(request, _send(ex, out, first_byte_s, tried))
     except asyncio.CancelledError:
         _finish(ex, None, CUT_AT_SHUTDOWN)
         raise
@@ -155,20 +147,7 @@ async def _handle(request: Request, api: Api) -> Response:
         return await _passed_through(request, ex, sent)
     meter = out.meter
     if meter.collect is not None:  # a non-streamed request streamed upstream to be measured
-
-        async def resend(error: UpstreamError) -> Sent:
-            return await gw.upstreams.send(
-                PATHS[api],
-                out.body,
-                out.headers,
-                decision.pool,
-                first_byte_s=first_byte_s,
-                tried=tried,
-                last_error=error,
-                deadline=ex.deadline,
-            )
-
-        return await _assembled(request, ex, sent, tried, resend)
+        return await _assembled(request, ex, sent, tried, partial(_send, ex, out, first_byte_s, tried))
 
     def done(s: Sent, failed: int | None) -> None:
         _finish(ex, s, _relayed_status(request, failed) or status, meter, resumption=out.resume)
@@ -176,6 +155,27 @@ async def _handle(request: Request, api: Api) -> Response:
     chunks = gw.upstreams.relay(sent, meter, done, out.resume, ex.deadline)
     media_type = sent.response.headers.get("content-type", "application/json")
     return Relay.encoded(chunks, status, ex.encoded_headers(sent.pool), media_type, sse_error_event)
+
+
+def _send(
+    ex: Exchange,
+    out: UpstreamRequest,
+    first_byte_s: float | None,
+    tried: list[Endpoint],
+    error: UpstreamError | None = None,
+) -> Awaitable[Sent]:
+    """The request to its decided pool, within its deadline; again, after ``error``, to one not ``tried``."""
+    assert ex.decision is not None
+    return ex.gw.upstreams.send(
+        PATHS[ex.api],
+        out.body,
+        out.headers,
+        ex.decision.pool,
+        first_byte_s=first_byte_s,
+        tried=tried,
+        last_error=error,
+        deadline=ex.deadline,
+    )
 
 
 def _failed(ex: Exchange, e: APIError) -> Response:
