@@ -279,13 +279,19 @@ async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(ser
     assert server.connections == 0
 
 
-async def test_an_idle_connection_past_its_keepalive_is_not_reused(serve):
-    async def keepalive(reader, writer):
+def _keeping_alive(server: Callable[[], Server]) -> Handler:
+    """A handler that answers every request of a connection and never closes it itself."""
+
+    async def keepalive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
-            await server.read_request(reader)
+            await server().read_request(reader)
             writer.write(_answer(b"{}"))
 
-    server = await serve(keepalive)
+    return keepalive
+
+
+async def test_an_idle_connection_past_its_keepalive_is_not_reused(serve):
+    server = await serve(_keeping_alive(lambda: server))
     pool = WirePool(connect_s=1.0, keepalive_s=0.05)
     for _ in range(2):
         r = await pool.request("POST", "127.0.0.1", server.port, "/", {}, b"x")
@@ -298,13 +304,8 @@ async def test_an_idle_connection_past_its_keepalive_is_not_reused(serve):
 async def test_idle_connections_are_closed_past_their_keepalive_without_another_request(serve):
     # a server (or a balancer before it) that never closes an idle connection, and an endpoint that gets
     # no more requests: its connections must not stay open for good
-    async def keepalive(reader, writer):
-        while True:
-            await server.read_request(reader)
-            writer.write(_answer(b"{}"))
-
-    server = await serve(keepalive)
-    other = await serve(keepalive)
+    server = await serve(_keeping_alive(lambda: server))
+    other = await serve(_keeping_alive(lambda: other))
     pool = WirePool(connect_s=1.0, keepalive_s=0.2)
     responses = [
         await pool.request("POST", "127.0.0.1", port, "/", {}, b"x")
