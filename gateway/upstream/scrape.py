@@ -206,7 +206,10 @@ class EndpointScrape:
     previous: Reading | None = None
     last: Interval | None = None  # the latest interval that had drafts
     last_at: float | None = None  # monotonic time of the latest successful scrape
-    step: StepTime | None = None  # the mean step time between the last two scrapes, when they timed one
+    step: StepTime | None = None  # the mean step time since the reading it was counted from, when new
+    # the reading steps are counted from: kept until MIN_STEPS have gone by since, so that a sparse pool's
+    # steps, split over scrapes, still add up to a step time
+    step_base: Reading | None = None
     capacity: int | None = None  # running requests seen while others waited: max_num_seqs
     # what routing reads while the last scrape is fresh, and once it is too old: made at each scrape
     # rather than at each of the requests in between
@@ -235,7 +238,10 @@ class EndpointScrape:
         iv = interval(self.reading, reading, k)
         if iv is not None:
             self.last = iv
-        self.step = step_time(self.reading, reading)
+        base = self.step_base
+        self.step = step_time(base, reading)
+        if self.step is not None or base is None or base.steps is None or (reading.steps or 0.0) < base.steps:
+            self.step_base = reading  # counted, or nothing to count from (first page, restart)
         self.previous, self.reading = self.reading, reading
         running = int(reading.running or 0)
         if self.queued and running:

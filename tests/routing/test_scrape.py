@@ -222,3 +222,16 @@ def test_a_step_time_needs_enough_steps_the_running_gauge_and_no_restart():
     assert step_time(page(100, running=None), page(200, running=None)) is None
     assert step_time(None, page(200)) is None
     assert parse("vllm:num_requests_running 1\n").steps is None  # no histogram: no step time
+
+
+def test_a_sparse_pools_steps_add_up_over_scrapes_to_a_step_time():
+    # one short request now and then: its steps split over scrapes, none of which alone holds MIN_STEPS
+    state = Scraper(None, {}, Metrics(), 1.0).of(Endpoint("baseline", "b0", "http://b0"))  # type: ignore[arg-type]
+    half = MIN_STEPS // 2 + 1
+    steps = []
+    for n in (0, half, 2 * half, 2 * half, 2 * half + 1):
+        state.update(Reading(float(n), running=1, step_seconds=n * 0.01, steps=float(n)), None)
+        steps.append(state.step)
+    assert steps[:2] == [None, None]
+    assert steps[2] is not None and steps[2].steps == 2 * half and steps[2].seconds == pytest.approx(0.01)
+    assert steps[3:] == [None, None]  # counted from the last step time on
