@@ -347,8 +347,7 @@ class AdaptivePolicy:
         self._sync_k()
         for ep in self.pools["baseline"].endpoints:
             self._base_histogram = self._base_histogram or scraper.times_steps(ep)
-            step = scraper.step(ep)
-            if step is not None:
+            for step in scraper.take_steps(ep):
                 self.model.observe_baseline(step.seconds, step.batch)
 
     def _sync_k(self) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -46,6 +47,8 @@ _STEP_SUMS = tuple(f + "_sum" for f in _STEP_FAMILIES)
 _STEP_COUNTS = tuple(f + "_count" for f in _STEP_FAMILIES)
 MIN_STEPS = 20
 """Engine steps an interval must hold for its mean step time to count (fewer are one request's noise)."""
+UNREAD_STEPS = 64
+"""Step times kept for routing to take: a gateway with no requests for a while reads the latest ones."""
 # Only the lines of those families reach the parser: a vLLM page is ~50 KB, mostly histogram buckets,
 # and parsing all of it held the event loop for ~5 ms per scrape; these ~20 lines take ~0.2 ms.
 _FAMILIES = (
@@ -210,6 +213,9 @@ class EndpointScrape:
     # the reading steps are counted from: kept until MIN_STEPS have gone by since, so that a sparse pool's
     # steps, split over scrapes, still add up to a step time
     step_base: Reading | None = None
+    # step times counted and not yet taken by routing, which reads at its next decision: several scrape
+    # rounds may pass between two decisions, and a sparse pool's one step time must not be lost in them
+    unread: deque[StepTime] = field(default_factory=lambda: deque(maxlen=UNREAD_STEPS))
     capacity: int | None = None  # running requests seen while others waited: max_num_seqs
     # what routing reads while the last scrape is fresh, and once it is too old: made at each scrape
     # rather than at each of the requests in between
@@ -240,6 +246,8 @@ class EndpointScrape:
             self.last = iv
         base = self.step_base
         self.step = step_time(base, reading)
+        if self.step is not None:
+            self.unread.append(self.step)
         if self.step is not None or base is None or base.steps is None or (reading.steps or 0.0) < base.steps:
             self.step_base = reading  # counted, or nothing to count from (first page, restart)
         self.previous, self.reading = self.reading, reading
@@ -333,10 +341,14 @@ class Scraper:
         state = self._state(endpoint)
         return state.k if state is not None else None
 
-    def step(self, endpoint: Endpoint) -> StepTime | None:
-        """The endpoint's mean step time over the last scrape interval, when it timed enough steps."""
+    def take_steps(self, endpoint: Endpoint) -> list[StepTime]:
+        """The endpoint's step times counted since the last call, oldest first (each is taken once)."""
         state = self._state(endpoint)
-        return state.step if state is not None else None
+        if state is None or not state.unread:
+            return []
+        steps = list(state.unread)
+        state.unread.clear()
+        return steps
 
     def times_steps(self, endpoint: Endpoint) -> bool:
         """Whether the endpoint's last page had the inter-token histogram (its steps can be timed)."""

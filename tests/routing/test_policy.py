@@ -300,3 +300,26 @@ def test_baseline_step_time_is_learned_from_its_servers_histogram_when_no_client
     assert p.model.step_s == pytest.approx(step)
     assert p.model.c == pytest.approx(c)
     assert p.decide(STRUCTURED).pool == "baseline"
+
+
+def test_baseline_step_times_counted_between_two_decisions_are_all_learned():
+    """Scrapes run on their own clock and routing reads them at its next decision. A sparse baseline
+    pool's one step time was kept only until the next scrape round: with a decision every second and a
+    scrape every 0.6 s, most of them were gone before a decision read them, and the configured step
+    time (and a wrong draft cost with it) stayed for dozens of requests."""
+    p = _policy(exploration_rate=0.0)
+    base = p.scraper.of(p.pools["baseline"].endpoints[0])
+    steps, step = 0.0, 0.009
+    base.update(Reading(_now(), running=0, waiting=0, step_seconds=0.0, steps=steps), None)
+    p.scraper.rounds += 1
+    p.decide(OPEN)
+    for _ in range(2):  # two requests timed, each followed by an idle scrape round, before one decision
+        steps += 47
+        base.update(Reading(_now(), running=1, waiting=0, step_seconds=steps * step, steps=steps), None)
+        base.update(Reading(_now(), running=0, waiting=0, step_seconds=steps * step, steps=steps), None)
+        p.scraper.rounds += 2
+    p.decide(OPEN)
+    assert p.model.base_observations == 2
+    assert p.model.step_s == pytest.approx(step)
+    p.decide(OPEN)
+    assert p.model.base_observations == 2  # each is learned once

@@ -10,7 +10,16 @@ import pytest
 
 from gateway.observability import Metrics
 from gateway.upstream.pool import Endpoint, Pool
-from gateway.upstream.scrape import MAX_POSITIONS, MIN_STEPS, Reading, Scraper, interval, parse, step_time
+from gateway.upstream.scrape import (
+    MAX_POSITIONS,
+    MIN_STEPS,
+    UNREAD_STEPS,
+    Reading,
+    Scraper,
+    interval,
+    parse,
+    step_time,
+)
 
 MODES = ["draftsame", "draftother", "ngram"]
 _LINE = re.compile(r"^(vllm:[a-z_]+)\{([^}]*)\} (\S+)$", re.MULTILINE)
@@ -235,3 +244,20 @@ def test_a_sparse_pools_steps_add_up_over_scrapes_to_a_step_time():
     assert steps[:2] == [None, None]
     assert steps[2] is not None and steps[2].steps == 2 * half and steps[2].seconds == pytest.approx(0.01)
     assert steps[3:] == [None, None]  # counted from the last step time on
+
+
+def test_step_times_wait_to_be_taken_once_each():
+    scraper = Scraper(None, {}, Metrics(), 1.0)  # type: ignore[arg-type]
+    ep = Endpoint("baseline", "b0", "http://b0")
+    assert scraper.take_steps(ep) == []  # never scraped
+    state = scraper.of(ep)
+    for n in (0, MIN_STEPS, MIN_STEPS, 3 * MIN_STEPS):
+        state.update(Reading(float(n), running=1, step_seconds=n * 0.01, steps=float(n)), None)
+    taken = scraper.take_steps(ep)
+    assert [s.steps for s in taken] == [MIN_STEPS, 2 * MIN_STEPS]
+    assert scraper.take_steps(ep) == []
+    for n in range(4, 4 + UNREAD_STEPS + 10):  # a gateway that takes none keeps only the latest
+        state.update(
+            Reading(float(n), running=1, step_seconds=n * MIN_STEPS * 0.01, steps=n * MIN_STEPS), None
+        )
+    assert len(scraper.take_steps(ep)) == UNREAD_STEPS
