@@ -168,7 +168,7 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
             sock = config.bind_socket()
             log.info("%s (%d workers)", listening(config.is_ssl, [sock]), server.workers)
             with contextlib.suppress(KeyboardInterrupt):
-                Multiprocess(config, sockets=[sock]).run()
+                Supervisor(config, sockets=[sock]).run()
     else:
         app = create_app(settings)
         graceful = DrainingServer(uvicorn.Config(fast_path(app), **common), app)
@@ -227,6 +227,22 @@ def probe_health(
     finally:
         conn.close()
     return None if status == 200 else f"GET {url}: HTTP {status}"
+
+
+class Supervisor(Multiprocess):
+    """uvicorn's supervisor of several workers, letting go of the listening socket when told to stop.
+
+    The supervisor binds the socket and every worker accepts on a copy of it. On SIGTERM each worker
+    closes its copy and drains, but the supervisor's own copy would keep the port listening until the
+    last worker had exited: the kernel would go on completing new connections that no process accepts,
+    and their clients would wait, for up to ``server.shutdown_grace_s``, for an answer that ends in a
+    reset, instead of being refused at once and going to another replica.
+    """
+
+    def terminate_all(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+        super().terminate_all()
 
 
 class DrainingServer(uvicorn.Server):

@@ -161,6 +161,29 @@ def test_sigterm_lets_a_live_stream_finish_and_refuses_new_connections(emulator,
     assert "timeout graceful shutdown exceeded" not in gateway.log()
 
 
+def test_several_workers_refuse_new_connections_while_a_stream_drains(emulator, workdir):
+    """With ``server.workers`` above 1 the supervisor holds the listening socket too: it must let it go
+    at SIGTERM, else new connections are accepted by the kernel and wait, unanswered, for the drain."""
+    config = _config(emulator, 20.0)
+    config["server"] = {**config["server"], "workers": 2}  # type: ignore[dict-item]
+    gateway = stack.start_gateway(config, workdir, "gateway-workers")
+    with stack.running(gateway):
+        stream = _start_stream(gateway)
+
+        gateway.popen.send_signal(signal.SIGTERM)
+
+        refused_while_streaming = False
+        while stream.is_alive() and not refused_while_streaming:
+            refused_while_streaming = _refused(gateway.url)
+            time.sleep(0.05)
+        assert refused_while_streaming, "a new connection was accepted after SIGTERM"
+
+        stream.join(20)
+        assert not stream.is_alive() and stream.error is None, stream.error
+        assert stream.events()[-1] == b"[DONE]"
+        assert gateway.popen.wait(20) == 0, gateway.log()[-2000:]
+
+
 PLAIN = {"model": MODEL, "prompt": "Tell a long story.", "max_tokens": TOKENS, "ignore_eos": True}
 
 
