@@ -161,7 +161,12 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
         app.state.gateway = gw
         await discovery.refresh(client, pools, settings)
         await health.check_all(client, list(pools.values()), settings.health)
-        gw.tasks.append(asyncio.create_task(health.run(client, list(pools.values()), settings.health)))
+        gw.upstreams.export_state()
+        gw.tasks.append(
+            asyncio.create_task(
+                health.run(client, list(pools.values()), settings.health, gw.upstreams.export_state)
+            )
+        )
         gw.tasks.append(
             asyncio.create_task(discovery.run(client, pools, settings, on_removed=metrics.forget))
         )

@@ -669,10 +669,7 @@ async def metrics(request: Request) -> Response:
         check_key(request, [auth.metrics_key], "metrics key")
     if gw.scraper is not None:
         gw.scraper.export()
-    for pool in gw.upstreams.pools.values():
-        for ep in pool.endpoints:
-            gw.metrics.endpoint_up.labels(pool.name, ep.name).set(1.0 if ep.available() else 0.0)
-            gw.metrics.ejected.labels(pool.name, ep.name).set(1.0 if ep.ejected() else 0.0)
+    gw.upstreams.export_state()
     body, content_type = render(gw.metrics)
     return Response(body, media_type=content_type)
 

@@ -199,6 +199,19 @@ class Upstreams:
         self._limits: dict[float, Deadlines] = {}
         self.jitter: Callable[[], float] = random.random  # draws the pause before a retry
 
+    def export_state(self) -> None:
+        """Set every endpoint's up and ejected gauges from its state now.
+
+        Called at each health round and when ``/metrics`` is rendered. With several workers a scrape
+        merges every worker's last values (``endpoint_ejected`` by the highest), and a worker that
+        answered no scrape since an ejection ended would otherwise report it ejected for as long as
+        scrapes keep going to the other workers (Prometheus keeps its connection to one).
+        """
+        for pool in self.pools.values():
+            for ep in pool.endpoints:
+                self.metrics.endpoint_up.labels(pool.name, ep.name).set(1.0 if ep.available() else 0.0)
+                self.metrics.ejected.labels(pool.name, ep.name).set(1.0 if ep.ejected() else 0.0)
+
     def _busy(self, endpoint: Endpoint, delta: int) -> None:
         """Count a request in or out of an endpoint, in the balancer and in the shared gauge.
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 
@@ -92,8 +92,15 @@ async def check_all(client: httpx.AsyncClient, pools: list[Pool], health: Health
             log.error("health check of %s/%s failed", endpoint.pool, endpoint.name, exc_info=result)
 
 
-async def run(client: httpx.AsyncClient, pools: list[Pool], health: HealthConfig) -> None:
-    """Check forever; cancelled at shutdown."""
+async def run(
+    client: httpx.AsyncClient,
+    pools: list[Pool],
+    health: HealthConfig,
+    after_round: Callable[[], None] | None = None,
+) -> None:
+    """Check forever, then ``after_round`` after each round (the endpoint gauges); cancelled at shutdown."""
     while True:
         await asyncio.sleep(health.interval_s)
         await check_all(client, pools, health)
+        if after_round is not None:
+            after_round()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import time
 
 from gateway.app import create_app
 from gateway.config import load_settings
@@ -10,12 +12,12 @@ from gateway.config import load_settings
 NOWHERE = "http://127.0.0.1:9"  # refused at once: start-up must not depend on reachable endpoints
 
 
-def _settings():
+def _settings(**overrides: object):
     pools = {
         name: {"endpoints": [{"name": f"{name[:4]}-0", "url": NOWHERE}], "models": ["m"]}
         for name in ("speculative", "baseline")
     }
-    return load_settings(overrides={"pools": pools})
+    return load_settings(overrides={"pools": pools, **overrides})
 
 
 async def test_start_up_objects_are_frozen_while_serving_and_released_at_shutdown() -> None:
@@ -29,3 +31,22 @@ async def test_start_up_objects_are_frozen_while_serving_and_released_at_shutdow
         del young
         assert gc.collect() >= 1
     assert gc.get_freeze_count() == 0
+
+
+async def test_endpoint_gauges_follow_the_endpoints_without_a_scrape() -> None:
+    """Each worker keeps its endpoint gauges current by itself: with several workers a scrape merges
+    every worker's last values, and one that answered no scrape since an ejection ended would go on
+    reporting the endpoint ejected (and the merged gauge with it)."""
+    app = create_app(_settings(health={"interval_s": 0.05, "timeout_s": 0.05}))
+    async with app.router.lifespan_context(app):
+        gw = app.state.gateway
+        endpoint = gw.upstreams.pools["speculative"].endpoints[0]
+        labels = {"pool": "speculative", "endpoint": "spec-0"}
+        # ejected by failed requests: the gauge says so at once
+        endpoint.ejected_until = time.monotonic() + 0.2
+        gw.metrics.ejected.labels("speculative", "spec-0").set(1.0)
+        await asyncio.sleep(0.6)  # the ejection is over, several health rounds later; nobody scraped
+        assert not endpoint.ejected()
+        assert gw.metrics.registry.get_sample_value("specroute_endpoint_ejected", labels) == 0.0
+        # and its health, which fails here (nothing listens): down
+        assert gw.metrics.registry.get_sample_value("specroute_endpoint_up", labels) == 0.0
