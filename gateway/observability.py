@@ -379,7 +379,8 @@ class Metrics:
         )
         self.scrape_age = Gauge(
             "specroute_upstream_scrape_age_seconds",
-            "Seconds since the last successful scrape of the endpoint's /metrics.",
+            "Seconds since the last successful scrape of the endpoint's /metrics (since its scrapes began,"
+            " while none has succeeded).",
             ["pool", "endpoint"],
             multiprocess_mode="livemax",
             registry=r,

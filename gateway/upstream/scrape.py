@@ -209,6 +209,7 @@ class EndpointScrape:
     previous: Reading | None = None
     last: Interval | None = None  # the latest interval that had drafts
     last_at: float | None = None  # monotonic time of the latest successful scrape
+    watched_at: float = field(default_factory=time.monotonic)  # when its scrapes began
     step: StepTime | None = None  # the mean step time since the reading it was counted from, when new
     # the reading steps are counted from: kept until MIN_STEPS have gone by since, so that a sparse pool's
     # steps, split over scrapes, still add up to a step time
@@ -233,6 +234,15 @@ class EndpointScrape:
         if self.last_at is None:
             return None
         return (time.monotonic() if now is None else now) - self.last_at
+
+    def staleness(self, now: float) -> float:
+        """Seconds since the latest successful scrape, or since scraping began while none has succeeded.
+
+        What ``specroute_upstream_scrape_age_seconds`` reports: an endpoint whose ``/metrics`` never
+        answered (a proxy in front that serves only ``/v1`` and ``/health``) is as stale as one whose
+        scrapes stopped, and must reach the alert on that gauge rather than have no series at all.
+        """
+        return now - (self.watched_at if self.last_at is None else self.last_at)
 
     @property
     def queued(self) -> bool:
@@ -394,9 +404,7 @@ class Scraper:
         now = time.monotonic()
         for state in self.by_endpoint.values():
             ep, r = state.endpoint, state.reading
-            age = state.age(now)
-            if age is not None:
-                m.scrape_age.labels(ep.pool, ep.name).set(age)
+            m.scrape_age.labels(ep.pool, ep.name).set(state.staleness(now))
             if r is None:
                 continue
             if r.running is not None:

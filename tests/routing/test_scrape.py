@@ -165,6 +165,27 @@ def test_unreachable_endpoint_is_survived(vllm_fixture):
     assert ("specroute_endpoint_acceptance_ratio", (("endpoint", "s0"),)) in samples
 
 
+def test_an_endpoint_never_scraped_is_as_stale_as_its_scrapes_are_old(vllm_fixture):
+    """Its /metrics never answered: the age counts from the first try, so the stale-scrape alert sees it."""
+    page = vllm_fixture("ngram_metrics_before.txt").decode()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404) if request.url.host == "s1" else httpx.Response(200, text=page)
+
+    scraper, (s0, s1) = _scraper(handler)
+    for state in (scraper.of(s0), scraper.of(s1)):
+        state.watched_at -= 60  # scraped for a minute
+    asyncio.run(scraper.scrape_once())
+    ages = {
+        s.labels["endpoint"]: s.value
+        for m in scraper.metrics.registry.collect()
+        for s in m.samples
+        if s.name == "specroute_upstream_scrape_age_seconds"
+    }
+    assert ages["s0"] < 1
+    assert ages["s1"] >= 60
+
+
 def test_capacity_is_learned_while_queueing():
     from gateway.upstream.scrape import EndpointScrape
 
