@@ -233,6 +233,19 @@ class AuthConfig(_Strict):
         description="pass the client's Authorization header upstream (only while api_keys is empty)",
     )
 
+    @field_validator("api_keys", "admin_key", "metrics_key")
+    @classmethod
+    def _sendable(cls, value: list[str] | str | None) -> list[str] | str | None:
+        """Keys a client can send: the bearer token received is stripped, so an empty key, or one with
+        whitespace at either end, would never match, and an empty ``admin_key`` or ``metrics_key``
+        would read as unset and leave its route open (a Secret that came out empty, say)."""
+        for key in [value] if isinstance(value, str) else value or []:
+            if not key.strip():
+                raise ValueError("a key must not be empty")
+            if key != key.strip():
+                raise ValueError("a key must not begin or end with whitespace: no client can send it")
+        return value
+
 
 class CorsConfig(_Strict):
     """Cross-origin requests from browsers: off unless origins are listed; the gateway answers preflights."""

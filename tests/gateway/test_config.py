@@ -120,6 +120,25 @@ def test_precedence_flag_over_environment_over_file(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    ("variable", "value", "key"),
+    [
+        # empty: read as unset, which would open /admin/* to any API key (or to anyone) and /metrics
+        ("SPECROUTE_AUTH__ADMIN_KEY", "", "auth.admin_key"),
+        ("SPECROUTE_AUTH__METRICS_KEY", "", "auth.metrics_key"),
+        # a key no client can send: every request would be refused
+        ("SPECROUTE_AUTH__API_KEYS", '["k1", ""]', "auth.api_keys"),
+        ("SPECROUTE_AUTH__API_KEYS", '["k1 "]', "auth.api_keys"),
+    ],
+)
+def test_a_key_no_client_can_send_is_refused(tmp_path, monkeypatch, variable, value, key):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings(_write(tmp_path, BASE))
+    assert str(err.value).startswith(f"invalid configuration: {key}: ")
+    assert f"(from environment variable {variable})" in str(err.value)
+
+
+@pytest.mark.parametrize(
     ("env", "value", "where"),
     [
         ("SPECROUTE_ROUTING__STRATEGY", "fastest", "environment variable SPECROUTE_ROUTING__STRATEGY"),
