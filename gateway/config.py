@@ -216,6 +216,15 @@ class HealthConfig(_Strict):
         default=0.25, gt=0, le=1, description="share of its weight a busy endpoint keeps meanwhile"
     )
 
+    @field_validator("path")
+    @classmethod
+    def _absolute_path(cls, path: str) -> str:
+        """The path is appended to each endpoint's base URL: without its leading slash it would run into
+        the port (``http://10.0.0.5:8000health``), and every check would fail without reaching anyone."""
+        if not path.startswith("/"):
+            raise ValueError(f"must begin with '/', e.g. /{path.lstrip('/') or 'health'}")
+        return path
+
 
 class AuthConfig(_Strict):
     api_keys: list[str] = Field(default_factory=list, description="keys clients send as a bearer token")

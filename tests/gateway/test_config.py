@@ -57,6 +57,7 @@ def test_environment_overrides_file(tmp_path, monkeypatch):
             "pools",
         ),
         ({"routing": {"exploration_rate": 2}}, "routing.exploration_rate"),
+        ({"health": {"path": "health"}}, "health.path: Value error, must begin with '/', e.g. /health"),
         ({"unknown_section": {}}, "unknown_section"),
     ],
 )
