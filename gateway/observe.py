@@ -262,6 +262,7 @@ class Observer:
                     int(m.accepted) if m else None,
                     int(m.draft_tokens) if m else None,
                     int(m.steps) if m else None,
+                    int(m.rejected) if m and m.rejected is not None else None,
                 )
             )
         if self.access_log is not None:

@@ -139,6 +139,7 @@ def test_one_record_feeds_metrics_learning_and_the_log(capsys: pytest.CaptureFix
         3,
     )
     assert outcome.completion_tokens == 13 and outcome.ttft_s == rec.ttft_s
+    assert outcome.rejected_drafts == rec.measured.rejected == 0  # the per-position estimate's other half
     line = orjson.loads(_logged(observer, capsys))
     assert line["measured_speedup"] == 2.5 and line["acceptance"] == 1.0 and "prompt" not in line
     # the metrics counted the same request

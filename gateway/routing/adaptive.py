@@ -63,7 +63,7 @@ from gateway.routing.features import extract
 from gateway.routing.outliers import OutlierDetector
 from gateway.routing.policy import Classifier, Decision, Feedback, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW, SpeedupModel
-from gateway.speculation import Measured
+from gateway.speculation import Measured, alpha_from_length
 from gateway.upstream.pool import Pool
 from gateway.upstream.scrape import Scraper
 
@@ -379,7 +379,9 @@ class AdaptivePolicy:
         if outcome.accepted_tokens is None or not outcome.steps or not outcome.draft_tokens:
             return None
         k = round(outcome.draft_tokens / outcome.steps)
-        m = Measured(outcome.accepted_tokens, outcome.steps, k, "stream")
+        m = Measured(outcome.accepted_tokens, outcome.steps, k, "stream", outcome.rejected_drafts)
+        # what the access log shows: per position where a stream counted its rejections (its cut last
+        # step read by its mean length made short outputs look like a weak draft)
         alpha = m.alpha
         trials = m.trials
         if self._judge_endpoint(outcome.endpoint, alpha, d.alpha):
@@ -396,7 +398,9 @@ class AdaptivePolicy:
         if self.metrics is not None and predicted is not None:
             self.metrics.acceptance_prediction_error.labels(d.prompt_class).observe(alpha - predicted)
         if tpot is not None and batch is not None and k == self.model.k:
-            self.model.observe_speculative(tpot, batch, alpha)
+            # a step's time is the request's TPOT times the tokens it got per step, cut last step
+            # included: exactly its mean length, whatever alpha it measured
+            self.model.observe_speculative(tpot, batch, alpha_from_length(m.mean_length, k))
         return Feedback(alpha, predicted, self._measured_speedup(d, alpha, k))
 
     def _learn_residence(self, pool: PoolName, decode_s: float, tokens: int) -> None:

@@ -87,6 +87,9 @@ class Outcome:
     accepted_tokens: int | None = None
     draft_tokens: int | None = None
     steps: int | None = None
+    # rejections seen, where a stream's chunks counted them: alpha is then the per-position estimate the
+    # access log shows, which stays right for short outputs (see :mod:`gateway.speculation`)
+    rejected_drafts: int | None = None
 
 
 @record
