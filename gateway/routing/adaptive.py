@@ -57,10 +57,10 @@ from typing import Any, NamedTuple
 
 from gateway.config import PoolName, RoutingConfig, Strategy
 from gateway.observability import Metrics
-from gateway.routing.alpha_model import AlphaModel, AlphaPrediction, logit
+from gateway.routing.alpha_model import AlphaModel, AlphaPrediction
 from gateway.routing.estimates import AlphaEstimates
 from gateway.routing.features import extract
-from gateway.routing.outliers import OutlierDetector
+from gateway.routing.outliers import OutlierDetector, residual
 from gateway.routing.policy import Classifier, Decision, Feedback, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW, SpeedupModel
 from gateway.speculation import Measured, alpha_from_length
@@ -384,7 +384,7 @@ class AdaptivePolicy:
         # step read by its mean length made short outputs look like a weak draft)
         alpha = m.alpha
         trials = m.trials
-        if self._judge_endpoint(outcome.endpoint, alpha, d.alpha):
+        if self._judge_endpoint(outcome.endpoint, alpha, trials, d.alpha):
             # a demoted endpoint's acceptance says nothing about the requests: only about it
             return Feedback(alpha, d.alpha, self._measured_speedup(d, alpha, k))
         est = self.estimates.observe(d.kind, d.prompt_class, d.p_structured, alpha, trials)
@@ -416,11 +416,11 @@ class AdaptivePolicy:
             return None
         return self.model.speedup(alpha, d.spec_batch, d.base_batch)
 
-    def _judge_endpoint(self, endpoint: str, alpha: float, predicted: float | None) -> bool:
+    def _judge_endpoint(self, endpoint: str, alpha: float, trials: float, predicted: float | None) -> bool:
         """Feed the outlier detector; True when the endpoint is (now) demoted."""
         assert self.outliers is not None
         if predicted is not None:
-            changed = self.outliers.observe(endpoint, logit(alpha) - logit(predicted))
+            changed = self.outliers.observe(endpoint, residual(alpha, trials, predicted))
             if changed is not None and self.metrics is not None:
                 self.metrics.endpoint_acceptance_outlier.labels(changed.pool, changed.name).set(
                     1.0 if changed.demoted else 0.0
