@@ -551,7 +551,7 @@ def _finish(
     measured = ex.measurement in ("stream", "uncertain", "interval") and record.resumed_on is None
     if measured and record.served and ex.decision is not None and record.served_pool == ex.decision.pool:
         # whether measuring this pool's requests teaches anything (see gateway.routing.measurement)
-        ex.gw.measurement.taught(ex.decision.pool, record.measured is not None)
+        ex.gw.measurement.taught(ex.decision.pool, record.measured is not None, record.completion_tokens)
 
 
 async def models(request: Request) -> Response:
