@@ -367,7 +367,7 @@ class AdaptivePolicy:
         d = outcome.decision
         tpot = None
         tokens = outcome.completion_tokens
-        if outcome.ttft_s is not None and tokens and tokens > 1:
+        if outcome.ttft_s is not None and tokens and tokens > 1 and outcome.sequences == 1:
             tpot = (outcome.e2e_s - outcome.ttft_s) / (tokens - 1)
             self._learn_residence(outcome.pool, outcome.e2e_s - outcome.ttft_s, tokens)
         # the batch is read only with a TPOT to learn from (non-streamed answers have none)

@@ -361,3 +361,15 @@ def test_short_streams_teach_the_acceptance_the_access_log_shows():
         taught += 1
     assert taught > 90
     assert p.decide(STRUCTURED).alpha > 0.72  # 0.75 here, and still rising; 0.62 read by mean length
+
+
+def test_a_request_of_several_sequences_times_no_step():
+    """n > 1: the sequences' tokens add up in the usage, so their sum over one sequence's time is no
+    time per token (it made baseline's step look n times faster than it is)."""
+    p = _policy(Strategy.ALWAYS_BASELINE)
+    d = p.decide(OPEN)
+    for _ in range(3):
+        p.observe(Outcome(d, "baseline", "b0", 200, 0.05, 1.05, 4 * 50, 4 * 50, sequences=4))
+    assert p.model.base_observations == 0 and p.residence_s == {}
+    p.observe(Outcome(d, "baseline", "b0", 200, 0.05, 1.05, 51, 51))
+    assert p.model.base_observations == 1 and p.model.step_s == pytest.approx(0.02)
