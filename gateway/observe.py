@@ -22,7 +22,7 @@ from gateway.accesslog import AccessLog
 from gateway.config import Strategy
 from gateway.observability import Metrics
 from gateway.routing.policy import Decision, Feedback, Outcome, Policy
-from gateway.speculation import Measured, from_server, from_token_steps
+from gateway.speculation import Measured, from_server, from_token_steps, sequences
 from gateway.types import PoolName, Route
 from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
@@ -64,6 +64,7 @@ class RequestRecord:
     measurement: str | None = None  # speculative requests: stream, uncertain, interval or passed
     prompt: object | None = None  # only under ``logging.log_prompts``
     feedback: Feedback | None = None  # what the policy made of it, once observed
+    sequences: int = 1  # generated side by side (n > 1): neither timed per token nor measured
 
     @property
     def pool(self) -> str:
@@ -236,6 +237,11 @@ class Observer:
             rec.prompt_tokens = None
         if not rec.served:
             return rec
+        # several sequences side by side (n > 1): their tokens add up and their chunks interleave, so
+        # neither a time per token nor engine steps can be read from the stream
+        rec.sequences = sequences(payload)
+        if rec.sequences > 1:
+            return rec
         if rec.ttft_s is not None and rec.completion_tokens and rec.completion_tokens > 1:
             rec.tpot_s = (e2e - rec.ttft_s) / (rec.completion_tokens - 1)
         # a resumed stream's acceptance would mix two upstreams: not measured
@@ -262,6 +268,8 @@ class Observer:
                     int(m.accepted) if m else None,
                     int(m.draft_tokens) if m else None,
                     int(m.steps) if m else None,
+                    int(m.rejected) if m and m.rejected is not None else None,
+                    rec.sequences,
                 )
             )
         if self.access_log is not None:

@@ -127,3 +127,24 @@ def from_token_steps(tokens: Sequence[int], k: int | None) -> Measured | None:
     if accepted + rejected == 0:
         return None
     return Measured(accepted, steps, k, "stream", rejected)
+
+
+def sequences(payload: Mapping[str, Any] | None) -> int:
+    """How many sequences a request has the upstream generate side by side: ``n`` (or ``best_of``) for
+    each prompt, and a completion may hold a list of prompts.
+
+    A stream interleaves them, one choice per chunk, and vLLM's per-chunk usage counts the tokens of
+    that chunk's own choice: read as one sequence, the counts jump up and down between choices, and
+    neither its steps nor a time per token (the choices' tokens add up in ``usage``) can be read from it.
+    """
+    if payload is None:
+        return 1
+    per_prompt = max(_count(payload.get("n")), _count(payload.get("best_of")))
+    prompt = payload.get("prompt")
+    prompts = len(prompt) if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) else 1
+    return per_prompt * prompts
+
+
+def _count(value: Any) -> int:
+    """An integer above 1 as it is; anything else (absent, null, a value the upstream refuses) as one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1

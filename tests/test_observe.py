@@ -139,6 +139,7 @@ def test_one_record_feeds_metrics_learning_and_the_log(capsys: pytest.CaptureFix
         3,
     )
     assert outcome.completion_tokens == 13 and outcome.ttft_s == rec.ttft_s
+    assert outcome.rejected_drafts == rec.measured.rejected == 0  # the per-position estimate's other half
     line = orjson.loads(_logged(observer, capsys))
     assert line["measured_speedup"] == 2.5 and line["acceptance"] == 1.0 and "prompt" not in line
     # the metrics counted the same request
@@ -177,6 +178,47 @@ def test_a_resumed_stream_is_counted_and_logged_but_not_taught(capsys: pytest.Ca
     line = orjson.loads(_logged(observer, capsys))
     assert (line["endpoint"], line["resumed"], line["resumed_on"]) == ("spec-0", 1, ["spec-1"])
     assert line["prompt"] == [{"role": "user", "content": "hi"}]
+
+
+def _two_choices(steps: list[list[int]]) -> list[bytes]:
+    """A completion stream of ``n`` = 2 as vLLM sends it with continuous usage: one choice per chunk, each
+    chunk's usage counting its own choice's tokens, then the usage chunk with their sum."""
+    head = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m"}
+    chunks, total = [], [0] * len(steps)
+    for i in range(max(map(len, steps))):
+        for c, choice in enumerate(steps):
+            if i < len(choice):
+                total[c] += choice[i]
+                last = "length" if i == len(choice) - 1 else None
+                text = {"index": c, "text": "x" * choice[i], "logprobs": None, "finish_reason": last}
+                usage = {"prompt_tokens": 5, "total_tokens": 5 + total[c], "completion_tokens": total[c]}
+                chunks.append({**head, "choices": [text], "usage": usage})
+    usage = {"prompt_tokens": 5, "total_tokens": 5 + sum(total), "completion_tokens": sum(total)}
+    chunks.append({**head, "choices": [], "usage": usage})
+    return [b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks] + [b"data: [DONE]\n\n"]
+
+
+def test_a_stream_of_several_sequences_is_counted_but_neither_timed_nor_measured() -> None:
+    """One choice that accepted every draft (k = 3), one that accepted none, interleaved: read as one
+    sequence their counts jumped between the choices' (steps of 1, 4, 7, 10, 10, 1, ... tokens), and the
+    time per token was halved (both choices' tokens over one sequence's time)."""
+    metrics, policy = Metrics(), Learner()
+    observer = _observer(policy, metrics, access_log=None)
+    started = perf_counter()
+    meter = StreamMeter(started)
+    for event in _two_choices([[1, 4, 4, 4, 1], [1] * 13]):
+        meter.feed(event)
+    rec = observer.record(
+        request_id="n2", api="completions", started=started, status=200, decision=DECISION,
+        payload={"prompt": "Write JSON", "n": 2, "stream": True}, sent=_sent(), meter=meter,
+    )  # fmt: skip
+    observer.observe(rec)
+    assert rec.completion_tokens == 27 and rec.ttft_s is not None  # counted, and its first token timed
+    assert rec.measured is None and rec.tpot_s is None
+    (outcome,) = policy.outcomes
+    assert outcome.sequences == 2 and outcome.accepted_tokens is None
+    labels = {"pool": "speculative", "class": "structured"}
+    assert _sample(metrics, "specroute_completion_tokens_total", **labels) == 27
 
 
 def test_a_refused_request_is_counted_not_timed(capsys: pytest.CaptureFixture[str]) -> None:

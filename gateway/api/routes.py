@@ -35,6 +35,7 @@ from gateway.api.state import Gateway
 from gateway.errors import UpstreamBroken, UpstreamError, UpstreamTooLarge
 from gateway.observability import render
 from gateway.routing.policy import Api, Decision, RouteRequest
+from gateway.speculation import sequences
 from gateway.types import CLIENT_SCOPE_KEY, RUN_TOKEN_ENV, RUN_TOKEN_HEADER, ChunkWriter, ClientState
 from gateway.upstream.assemble import assemble, can_assemble, stream_body
 from gateway.upstream.forward import Sent
@@ -220,7 +221,7 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
     headers = upstream_headers(request, gw, ex.request_id, "application/json")
     speculative = ex.decision.pool == "speculative"
     if payload.get("stream") is True:
-        if speculative:
+        if speculative and sequences(payload) == 1:  # several interleaved sequences show no steps
             gw.measurement.streamed(ex.decision.pool, time.monotonic())
             ex.measurement = "stream"
         resume = None
@@ -551,7 +552,7 @@ def _finish(
     measured = ex.measurement in ("stream", "uncertain", "interval") and record.resumed_on is None
     if measured and record.served and ex.decision is not None and record.served_pool == ex.decision.pool:
         # whether measuring this pool's requests teaches anything (see gateway.routing.measurement)
-        ex.gw.measurement.taught(ex.decision.pool, record.measured is not None)
+        ex.gw.measurement.taught(ex.decision.pool, record.measured is not None, record.completion_tokens)
 
 
 async def models(request: Request) -> Response:

@@ -57,13 +57,13 @@ from typing import Any, NamedTuple
 
 from gateway.config import PoolName, RoutingConfig, Strategy
 from gateway.observability import Metrics
-from gateway.routing.alpha_model import AlphaModel, AlphaPrediction, logit
+from gateway.routing.alpha_model import AlphaModel, AlphaPrediction
 from gateway.routing.estimates import AlphaEstimates
 from gateway.routing.features import extract
-from gateway.routing.outliers import OutlierDetector
+from gateway.routing.outliers import OutlierDetector, residual
 from gateway.routing.policy import Classifier, Decision, Feedback, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW, SpeedupModel
-from gateway.speculation import Measured
+from gateway.speculation import Measured, alpha_from_length
 from gateway.upstream.pool import Pool
 from gateway.upstream.scrape import Scraper
 
@@ -367,7 +367,7 @@ class AdaptivePolicy:
         d = outcome.decision
         tpot = None
         tokens = outcome.completion_tokens
-        if outcome.ttft_s is not None and tokens and tokens > 1:
+        if outcome.ttft_s is not None and tokens and tokens > 1 and outcome.sequences == 1:
             tpot = (outcome.e2e_s - outcome.ttft_s) / (tokens - 1)
             self._learn_residence(outcome.pool, outcome.e2e_s - outcome.ttft_s, tokens)
         # the batch is read only with a TPOT to learn from (non-streamed answers have none)
@@ -379,10 +379,12 @@ class AdaptivePolicy:
         if outcome.accepted_tokens is None or not outcome.steps or not outcome.draft_tokens:
             return None
         k = round(outcome.draft_tokens / outcome.steps)
-        m = Measured(outcome.accepted_tokens, outcome.steps, k, "stream")
+        m = Measured(outcome.accepted_tokens, outcome.steps, k, "stream", outcome.rejected_drafts)
+        # what the access log shows: per position where a stream counted its rejections (its cut last
+        # step read by its mean length made short outputs look like a weak draft)
         alpha = m.alpha
         trials = m.trials
-        if self._judge_endpoint(outcome.endpoint, alpha, d.alpha):
+        if self._judge_endpoint(outcome.endpoint, alpha, trials, d.alpha):
             # a demoted endpoint's acceptance says nothing about the requests: only about it
             return Feedback(alpha, d.alpha, self._measured_speedup(d, alpha, k))
         est = self.estimates.observe(d.kind, d.prompt_class, d.p_structured, alpha, trials)
@@ -396,7 +398,9 @@ class AdaptivePolicy:
         if self.metrics is not None and predicted is not None:
             self.metrics.acceptance_prediction_error.labels(d.prompt_class).observe(alpha - predicted)
         if tpot is not None and batch is not None and k == self.model.k:
-            self.model.observe_speculative(tpot, batch, alpha)
+            # a step's time is the request's TPOT times the tokens it got per step, cut last step
+            # included: exactly its mean length, whatever alpha it measured
+            self.model.observe_speculative(tpot, batch, alpha_from_length(m.mean_length, k))
         return Feedback(alpha, predicted, self._measured_speedup(d, alpha, k))
 
     def _learn_residence(self, pool: PoolName, decode_s: float, tokens: int) -> None:
@@ -412,11 +416,11 @@ class AdaptivePolicy:
             return None
         return self.model.speedup(alpha, d.spec_batch, d.base_batch)
 
-    def _judge_endpoint(self, endpoint: str, alpha: float, predicted: float | None) -> bool:
+    def _judge_endpoint(self, endpoint: str, alpha: float, trials: float, predicted: float | None) -> bool:
         """Feed the outlier detector; True when the endpoint is (now) demoted."""
         assert self.outliers is not None
         if predicted is not None:
-            changed = self.outliers.observe(endpoint, logit(alpha) - logit(predicted))
+            changed = self.outliers.observe(endpoint, residual(alpha, trials, predicted))
             if changed is not None and self.metrics is not None:
                 self.metrics.endpoint_acceptance_outlier.labels(changed.pool, changed.name).set(
                     1.0 if changed.demoted else 0.0

@@ -116,6 +116,16 @@ def binomial_observation(alpha: float, trials: float, mean: float, var: float) -
     and a draft fixed after a bad one was noticed late. The likelihood knows better: 24 of 24 is
     very unlikely at an alpha of 0.66, whatever the exact alpha near 1 is.
     """
+    theta = posterior_mode(alpha, trials, mean, var)
+    p = sigmoid(theta)
+    noise = 1.0 / max(1e-12, trials * p * (1.0 - p))
+    return mean + (theta - mean) * (var + noise) / var, noise
+
+
+def posterior_mode(alpha: float, trials: float, mean: float, var: float) -> float:
+    """The most likely logit of a request that accepted ``alpha · trials`` of ``trials`` draft draws, its
+    logit believed N(``mean``, ``var``) before: the binomial likelihood moves it from the belief only as
+    far as that many draws say."""
     n = trials
     hit = min(n, max(0.0, alpha * n))
 
@@ -137,12 +147,9 @@ def binomial_observation(alpha: float, trials: float, mean: float, var: float) -
         if not lo < nxt < hi:
             nxt = (lo + hi) / 2
         if abs(nxt - theta) < 1e-7:
-            theta = nxt
-            break
+            return nxt
         theta = nxt
-    p = sigmoid(theta)
-    noise = 1.0 / max(1e-12, n * p * (1.0 - p))
-    return mean + (theta - mean) * (var + noise) / var, noise
+    return theta
 
 
 def sigmoid(x: float) -> float:

@@ -39,6 +39,11 @@ from gateway.types import PoolName
 FRUITLESS_MAX_S = 5.0
 """The longest interval between measurements of a pool whose measurements teach nothing."""
 
+MEASURABLE_TOKENS = 3
+"""Output tokens an answer needs before its acceptance can be read: the prefill token, then at least two
+more (one decode step whose rejection is seen, or a cut one with an accepted draft). A shorter answer
+(``max_tokens`` 1 or 2, a stop at once) shows no step from any upstream, vLLM included."""
+
 Verdict = Literal["uncertain", "interval", "passed"]
 """Why a non-streamed request was measured (``uncertain``, ``interval``) or not (``passed``)."""
 
@@ -71,11 +76,17 @@ class MeasurementGate:
         self.counts[pool, verdict] += 1
         return verdict
 
-    def taught(self, pool: PoolName, learned: bool) -> None:
-        """A measured request to ``pool`` came back with an acceptance (``learned``) or without one."""
+    def taught(self, pool: PoolName, learned: bool, completion_tokens: int | None = None) -> None:
+        """A measured request to ``pool`` came back with an acceptance (``learned``) or without one.
+
+        An answer of fewer than :data:`MEASURABLE_TOKENS` tokens says nothing either way: it was too
+        short to show a step, whatever the upstream reports. Counted as fruitless, a client sending
+        one-token answers (a classifier asking yes or no) made a vLLM pool look like one that reports no
+        acceptance, and held back the measurement of the uncertain requests of everyone else.
+        """
         if learned:
             self.fruitless.pop(pool, None)
-        else:
+        elif completion_tokens is None or completion_tokens >= MEASURABLE_TOKENS:
             self.fruitless[pool] = self.fruitless.get(pool, 0) + 1
 
     def _interval(self, pool: PoolName) -> float:

@@ -3,9 +3,10 @@
 A bad draft model deployed on one replica makes every request sent there slower than on baseline,
 yet the pool's acceptance, averaged over all replicas, moves only by that replica's share. The
 gateway measures each request's acceptance and knows the endpoint that served it, so it compares
-endpoints on the same footing: each request's residual ``logit(measured alpha) - logit(predicted
-alpha)`` (the prediction accounts for the prompt, so endpoints that happen to get harder prompts are
-not blamed), averaged per endpoint with exponential weights.
+endpoints on the same footing: each request's residual, its logit alpha as its measured draws move it
+from the predicted one (:func:`residual`; the prediction accounts for the prompt, so endpoints that
+happen to get harder prompts are not blamed, and a short answer of a few drafts moves it little),
+averaged per endpoint with exponential weights.
 
 An endpoint whose mean residual falls ``OUTLIER_LOGIT`` below the median of its peers' (with at
 least ``MIN_OBSERVATIONS`` measurements each) is *demoted*: the pool's picker skips it while a
@@ -22,12 +23,30 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.routing.alpha_model import logit, posterior_mode
 from gateway.upstream.pool import Endpoint, Pool
 
 OUTLIER_LOGIT = 1.0  # below the peers' median by this much (logit alpha) is an outlier ...
 RECOVER_LOGIT = 0.5  # ... and back within this much is recovered
 RATE = 0.15  # weight of one request in an endpoint's running mean residual
 MIN_OBSERVATIONS = 5  # measurements an endpoint needs before it is compared
+# how far (variance, logit units) a request's own acceptance may stray from its prediction before its
+# draws say so: wide, so that a request with many drafts counts nearly at its measured logit
+RESIDUAL_VAR = 1.0
+
+
+def residual(alpha: float, trials: float, predicted: float) -> float:
+    """How far one measured request puts its endpoint from the prediction, in logit units.
+
+    Not the logit of the measured proportion itself: a short answer shows a few drafts, all accepted or
+    none, so that logit sits at the clip (±4.6), and a running mean of such jumps put identical endpoints
+    1.0 below their peers' median often enough to demote them (answers of 3 to 8 tokens: a tenth of the
+    time or more; 8 to 16 tokens: a few percent). Moved from the prediction by the binomial likelihood of
+    its draws, a residual goes as far as they say: nearly to the measured logit for a long request, a
+    little way for a few drafts.
+    """
+    mean = logit(predicted)
+    return posterior_mode(alpha, trials, mean, RESIDUAL_VAR) - mean
 
 
 @dataclass(slots=True)

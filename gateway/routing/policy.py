@@ -87,6 +87,12 @@ class Outcome:
     accepted_tokens: int | None = None
     draft_tokens: int | None = None
     steps: int | None = None
+    # rejections seen, where a stream's chunks counted them: alpha is then the per-position estimate the
+    # access log shows, which stays right for short outputs (see :mod:`gateway.speculation`)
+    rejected_drafts: int | None = None
+    # sequences generated side by side (n > 1): their tokens add up in ``completion_tokens``, so it
+    # times no token and no step
+    sequences: int = 1
 
 
 @record

@@ -331,6 +331,8 @@ class Scraper:
     timeout_s: float = 2.0
     by_endpoint: dict[int, EndpointScrape] = field(default_factory=dict)
     rounds: int = 0  # scrape rounds done: what routing reads once per round, it reads when this moves
+    # each endpoint's scrape still under way, by id(endpoint): a slow one outlives its round
+    pending: dict[int, asyncio.Task[None]] = field(default_factory=dict)
 
     def of(self, endpoint: Endpoint) -> EndpointScrape:
         state = self.by_endpoint.get(id(endpoint))
@@ -377,9 +379,27 @@ class Scraper:
         return [e for p in self.pools.values() for e in p.endpoints]
 
     async def scrape_once(self) -> None:
+        """One round: every endpoint's page, waiting one interval at most.
+
+        A page that has not come by then (a black-holed endpoint, a server too busy to answer) is read
+        when it comes, and its endpoint is not asked again meanwhile. Waiting for it held every other
+        endpoint's reading back until its time-out (2 s): with an interval under 1 s their loads were
+        older than routing's limit of three intervals for much of the time, and routing ignored them.
+        """
         eps = self.endpoints()
-        await asyncio.gather(*(self._scrape(e) for e in eps))
         live = {id(e) for e in eps}
+        for ep in eps:
+            if id(ep) not in self.pending:
+                self.pending[id(ep)] = asyncio.create_task(self._scrape(ep), name=f"{ep.pool}/{ep.name}")
+        if self.pending:
+            await asyncio.wait(list(self.pending.values()), timeout=self.interval_s)
+        for key, task in list(self.pending.items()):
+            if task.done():
+                del self.pending[key]
+                _log_unexpected(task)
+            elif key not in live:  # an endpoint discovery removed
+                task.cancel()
+                del self.pending[key]
         for key in [k for k in self.by_endpoint if k not in live]:
             del self.by_endpoint[key]
         self.rounds += 1
@@ -417,9 +437,21 @@ class Scraper:
                 m.endpoint_acceptance.labels(ep.name).set(state.last.rate)
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.scrape_once()
-            except Exception:  # never let one bad page stop the loop
-                log.exception("scrape round failed")
-            await asyncio.sleep(self.interval_s)
+        try:
+            while True:
+                try:
+                    await self.scrape_once()
+                except Exception:  # never let one bad page stop the loop
+                    log.exception("scrape round failed")
+                await asyncio.sleep(self.interval_s)
+        finally:  # the scrapes still under way end with the loop (at shutdown, before the client closes)
+            for task in self.pending.values():
+                task.cancel()
+            await asyncio.gather(*self.pending.values(), return_exceptions=True)
+
+
+def _log_unexpected(task: asyncio.Task[None]) -> None:
+    """Log what a finished scrape raised beyond the failures it records itself: one endpoint's bad page
+    must not cost the others their round."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("scrape of %s failed", task.get_name(), exc_info=error)

@@ -162,6 +162,21 @@ def test_a_certain_recently_measured_request_goes_upstream_as_the_client_sent_it
         assert after["pools"] == state["pools"]  # (it may teach, which clears a pool's fruitless mark)
 
 
+def test_one_token_answers_do_not_mark_a_pool_that_reports_acceptance_as_fruitless() -> None:
+    """Streams and measured requests of one token show no step: the pool keeps measuring the requests it
+    is uncertain about, and a longer answer is measured."""
+    with InProcess({"routing": {"strategy": "always-speculative"}, "auth": {"api_keys": [API_KEY]}}) as stack:
+        auth = {"authorization": f"Bearer {API_KEY}"}
+        for i in range(4):
+            body = {"model": MODEL, "prompt": f'Is {{"id": {i}}} valid JSON? yes or no', "max_tokens": 1}
+            for streamed in (True, False):
+                r = stack.request("POST", "/v1/completions", json={**body, "stream": streamed}, headers=auth)
+                assert r.status_code == 200, r.text
+        state = stack.request("GET", "/admin/routing", headers=auth).json()["measurement"]
+        assert state["fruitless"] == []
+        assert state["pools"]["speculative"]["uncertain"] >= 1
+
+
 async def _abandoned_wait(scope_extra: dict[str, Any], lose: Any) -> tuple[int, bool]:
     """A request waiting on upstream work when its client goes away: the status it ends with, and
     whether the work was cancelled."""

@@ -162,3 +162,18 @@ def test_an_interval_above_the_cap_is_kept_for_a_fruitless_pool():
     for _ in range(4):
         gate.taught("speculative", learned=False)
     assert gate.snapshot()["interval_by_pool_s"] == {"speculative": 10.0}
+
+
+def test_answers_too_short_to_show_a_step_say_nothing_about_the_upstream():
+    """One-token answers (a client asking yes or no) have no step to read from any upstream: they marked
+    a vLLM pool as one that reports no acceptance, and the uncertain requests after them went unmeasured."""
+    gate = MeasurementGate(interval_s=1.0, sd_share=0.4)
+    unknown = _decision(AlphaModel(600.0))
+    for tokens in (1, 2, 0, 1, 1):
+        gate.taught("speculative", learned=False, completion_tokens=tokens)
+    assert gate.snapshot()["fruitless"] == []
+    assert gate.verdict(unknown, "speculative", 0.1) == "uncertain"
+    gate.taught("speculative", learned=False, completion_tokens=40)  # long enough, and still nothing
+    assert gate.snapshot()["fruitless"] == ["speculative"]
+    gate.taught("speculative", learned=False, completion_tokens=None)  # no usage at all: nothing either
+    assert gate.snapshot()["interval_by_pool_s"] == {"speculative": 2.0}

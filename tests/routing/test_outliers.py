@@ -9,9 +9,10 @@ from prometheus_client import generate_latest
 
 from gateway.routing.outliers import MIN_OBSERVATIONS, OutlierDetector
 from gateway.routing.policy import Outcome, RouteRequest
+from gateway.speculation import from_token_steps
 from gateway.upstream.pool import Endpoint, Pool
 
-from .test_policy import FixedClassifier, _policy  # noqa: F401  (shared policy builder)
+from .test_policy import FixedClassifier, _cut_stream, _policy  # noqa: F401  (shared policy builder)
 
 
 def _pool(n: int = 3) -> Pool:
@@ -86,3 +87,37 @@ def test_policy_demotes_from_measured_requests_exports_it_and_stops_learning_fro
     assert 'specroute_endpoint_acceptance_outlier{endpoint="s2",pool="speculative"} 1.0' in text
     snap = {o["endpoint"]: o for o in p.snapshot()["endpoint_outliers"]}
     assert snap["s2"]["demoted"] and not snap["s0"]["demoted"]
+
+
+def test_identical_endpoints_answering_briefly_are_not_demoted_and_a_bad_one_still_is():
+    """A short answer shows a few drafts, all accepted or none: the logit of that proportion sits at its
+    clip, and a running mean of such jumps put one of three identical endpoints a whole logit below its
+    peers for a good part of the run. Moved only as far as its draws say, a residual of a few drafts is
+    small, and a draft that really fails on one endpoint still shows within a few requests."""
+    p = _policy(exploration_rate=0.0)
+    pool = p.pools["speculative"]
+    pool.endpoints = [Endpoint("speculative", f"s{i}", f"http://s{i}") for i in range(3)]
+    p.outliers.pool = pool  # type: ignore[union-attr]
+    req = RouteRequest({"prompt": "repeat this"}, "completions")
+    rng = random.Random(2)
+
+    def serve(endpoint: str, alpha: float, max_tokens: int) -> None:
+        m = from_token_steps(_cut_stream(alpha, 7, max_tokens, rng), 7)
+        if m is not None and m.rejected is not None:
+            d = p.decide(req)
+            p.observe(
+                Outcome(
+                    d, "speculative", endpoint, 200, 0.05, 0.2, max_tokens, 3,
+                    int(m.accepted), int(m.draft_tokens), int(m.steps), rejected_drafts=int(m.rejected),
+                )
+            )  # fmt: skip
+
+    demoted = 0
+    for i in range(600):
+        serve(f"s{i % 3}", 0.8, rng.choice([3, 4, 5, 6, 8]))
+        demoted += sum(e.demoted for e in pool.endpoints)
+    assert demoted == 0
+    for _ in range(8):  # s2's draft fails: alpha 0.1 where its peers still measure 0.8
+        for endpoint, alpha in (("s0", 0.8), ("s1", 0.8), ("s2", 0.1)):
+            serve(endpoint, alpha, 32)
+    assert pool.endpoints[2].demoted and not pool.endpoints[0].demoted and not pool.endpoints[1].demoted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -12,7 +13,7 @@ from gateway.observability import Metrics
 from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.policy import Decision, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW
-from gateway.speculation import expected_length
+from gateway.speculation import expected_length, from_token_steps
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import Reading, Scraper
 
@@ -323,3 +324,52 @@ def test_baseline_step_times_counted_between_two_decisions_are_all_learned():
     assert p.model.step_s == pytest.approx(step)
     p.decide(OPEN)
     assert p.model.base_observations == 2  # each is learned once
+
+
+def _cut_stream(alpha: float, k: int, max_tokens: int, rng: random.Random) -> list[int]:
+    """Tokens per chunk of one stream that ``max_tokens`` cuts (the prefill token first)."""
+    tokens, total = [1], 1
+    while total < max_tokens:
+        a = 0
+        while a < k and rng.random() < alpha:
+            a += 1
+        tokens.append(min(a + 1, max_tokens - total))
+        total += tokens[-1]
+    return tokens
+
+
+def test_short_streams_teach_the_acceptance_the_access_log_shows():
+    """A stream's last step is cut short by max_tokens: read per position (accepted drafts over those
+    plus the rejections seen) its acceptance stays right. The policy was handed accepted drafts and
+    steps only, and read them by their mean length: answers of 6 tokens from a draft accepting 0.8
+    taught about 0.6 while the access log said 0.8, and the model carried that to every request of
+    the prompt, long ones included."""
+    p = _policy(exploration_rate=0.0)
+    rng = random.Random(4)
+    taught = 0
+    for _ in range(100):
+        d = p.decide(STRUCTURED)
+        m = from_token_steps(_cut_stream(0.8, 7, 6, rng), 7)
+        if m is None or m.rejected is None:
+            continue
+        out = Outcome(
+            d, "speculative", "s0", 200, 0.05, 0.2, 6, 3,
+            int(m.accepted), int(m.draft_tokens), int(m.steps), rejected_drafts=int(m.rejected),
+        )  # fmt: skip
+        fb = p.observe(out)
+        assert fb is not None and fb.alpha == pytest.approx(m.alpha)
+        taught += 1
+    assert taught > 90
+    assert p.decide(STRUCTURED).alpha > 0.72  # 0.75 here, and still rising; 0.62 read by mean length
+
+
+def test_a_request_of_several_sequences_times_no_step():
+    """n > 1: the sequences' tokens add up in the usage, so their sum over one sequence's time is no
+    time per token (it made baseline's step look n times faster than it is)."""
+    p = _policy(Strategy.ALWAYS_BASELINE)
+    d = p.decide(OPEN)
+    for _ in range(3):
+        p.observe(Outcome(d, "baseline", "b0", 200, 0.05, 1.05, 4 * 50, 4 * 50, sequences=4))
+    assert p.model.base_observations == 0 and p.residence_s == {}
+    p.observe(Outcome(d, "baseline", "b0", 200, 0.05, 1.05, 51, 51))
+    assert p.model.base_observations == 1 and p.model.step_s == pytest.approx(0.02)

@@ -186,6 +186,36 @@ def test_an_endpoint_never_scraped_is_as_stale_as_its_scrapes_are_old(vllm_fixtu
     assert ages["s1"] >= 60
 
 
+def test_an_endpoint_that_does_not_answer_holds_back_no_other_endpoints_round(vllm_fixture):
+    """A black-holed endpoint's scrape waited out its time-out (2 s) and held every other endpoint's
+    reading back with it: with an interval under 1 s, their loads were older than routing takes for
+    much of the time. Its page is now read when it comes, and it is not asked again meanwhile."""
+    pages = iter([vllm_fixture(f"ngram_metrics_{x}.txt").decode() for x in ("before", "under_load") * 2])
+    answer = asyncio.Event()
+    asked: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.host)
+        if request.url.host == "s1":
+            await answer.wait()  # no time-out of its own: only the round's wait can end it
+        return httpx.Response(200, text=next(pages))
+
+    scraper, (s0, s1) = _scraper(handler)
+    scraper.interval_s = 0.01
+
+    async def go() -> None:
+        for _ in range(2):
+            await asyncio.wait_for(scraper.scrape_once(), 10)  # the guard of a hung test, not a timing
+        assert scraper.rounds == 2 and scraper.of(s0).last is not None  # two of s0's pages: an interval
+        assert scraper.of(s1).reading is None and asked.count("s1") == 1  # asked once, still waited for
+        answer.set()
+        await asyncio.wait_for(scraper.scrape_once(), 10)
+        assert scraper.of(s1).reading is not None and not scraper.pending
+        assert scraper.of(s0).failures == scraper.of(s1).failures == 0
+
+    asyncio.run(go())
+
+
 def test_capacity_is_learned_while_queueing():
     from gateway.upstream.scrape import EndpointScrape
 
