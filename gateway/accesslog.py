@@ -12,7 +12,12 @@ Guarantees:
   interleave mid-line (a single line longer than that gets a write of its own);
 - lines keep the order in which requests finished (one queue, one writer);
 - :meth:`AccessLog.close` (at shutdown, and at interpreter exit as a fallback) writes everything
-  queued before it returns, so no line is lost on a graceful stop.
+  queued before it returns, so no line is lost on a graceful stop;
+- the queue holds at most :data:`MAX_QUEUED` lines: a stdout that stops being read (a log collector
+  stuck, a pipe no one drains) would otherwise grow the gateway's memory, a few KB a request, until the
+  kernel killed it, losing every line queued and every request in flight. Past the bound a line is
+  dropped and counted (``dropped``, and the ``on_drop`` callback: the gateway's
+  ``specroute_access_log_dropped_lines_total``), and serving goes on.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ ATOMIC_WRITE = 4096
 #: much of its request's end, and the writer runs at most 1/GATHER_S times a second however busy the
 #: gateway
 GATHER_S = 0.02
+#: the most lines queued for the writer: about ten seconds of the gateway's highest rate on one core,
+#: some hundred MB at the most
+MAX_QUEUED = 50_000
 
 
 class AccessLog:
@@ -46,9 +54,18 @@ class AccessLog:
     capture) receives the lines.
     """
 
-    def __init__(self, stream: Callable[[], IO[str]] | None = None, gather_s: float = GATHER_S):
+    def __init__(
+        self,
+        stream: Callable[[], IO[str]] | None = None,
+        gather_s: float = GATHER_S,
+        max_queued: int = MAX_QUEUED,
+        on_drop: Callable[[], None] | None = None,
+    ):
         self._stream = stream or (lambda: sys.stdout)
         self._gather_s = gather_s
+        self._max_queued = max_queued
+        self._on_drop = on_drop
+        self.dropped = 0  # lines not written because the queue was full
         self._lines: deque[object] = deque()
         self._wake = threading.Event()
         self._awake = False  # a batch is gathering: no need to wake the writer again
@@ -57,9 +74,15 @@ class AccessLog:
         self._stop = False
 
     def write(self, record: dict[str, object]) -> None:
-        """Queue one line; the writer thread starts on the first one."""
+        """Queue one line (or drop and count it, with :data:`MAX_QUEUED` waiting); the writer thread
+        starts on the first one."""
         if self._thread is None:
             self._start()
+        if len(self._lines) >= self._max_queued:
+            self.dropped += 1
+            if self._on_drop is not None:
+                self._on_drop()
+            return
         self._lines.append(record)
         if not self._awake:
             self._awake = True

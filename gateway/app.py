@@ -150,7 +150,9 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
                 metrics=metrics,
                 policy=routing,
                 speculative_k=speculative_k(pools, scraper),
-                access_log=AccessLog() if settings.logging.access_log else None,
+                access_log=(
+                    AccessLog(on_drop=metrics.access_log_dropped.inc) if settings.logging.access_log else None
+                ),
                 log_prompts=settings.logging.log_prompts,
             ),
             measurement=MeasurementGate(

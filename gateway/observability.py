@@ -253,7 +253,10 @@ class Metrics:
             registry=r,
         )
         self.retries = Counter(
-            "specroute_upstream_retries", "Requests retried on another endpoint.", ["pool"], registry=r
+            "specroute_upstream_retries",
+            "Tries of a request beyond its first (on another endpoint), by the pool of the endpoint tried.",
+            ["pool"],
+            registry=r,
         )
         self.ejections = Counter(
             "specroute_upstream_ejections",
@@ -365,9 +368,16 @@ class Metrics:
             buckets=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 2.5, 3, 4),
             registry=r,
         )
+        self.access_log_dropped = Counter(
+            "specroute_access_log_dropped_lines",
+            "Access-log lines dropped because stdout was not read and the queue before it (50,000 lines)"
+            " was full.",
+            registry=r,
+        )
         self.exploration = Counter(
             "specroute_exploration_decisions",
-            "Requests sent to the speculative pool to keep measuring a kind predicted for baseline.",
+            "Requests sent to the pool their prediction did not choose, to keep measuring: to speculative"
+            " for a kind predicted for baseline, or to baseline to time its step.",
             ["kind"],
             registry=r,
         )

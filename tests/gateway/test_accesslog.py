@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from typing import IO
 
 import orjson
@@ -105,3 +106,29 @@ def test_lines_after_close_start_a_new_writer() -> None:
     log.write({"n": 2})
     log.close()
     assert [orjson.loads(x)["n"] for x in out.getvalue().splitlines()] == [1, 2]
+
+
+def test_a_stdout_no_one_reads_holds_a_bounded_queue_and_counts_what_it_drops() -> None:
+    """A stuck log collector must not grow the gateway's memory until it is killed: past the bound, a
+    line is dropped and counted, and the caller still never waits."""
+    release = threading.Event()
+
+    class Stalled(Recording):
+        def write(self, s: str) -> int:
+            release.wait(5)
+            return super().write(s)
+
+    drops: list[int] = []
+    out = Stalled()
+    log = AccessLog(lambda: out, gather_s=0, max_queued=10, on_drop=lambda: drops.append(1))
+    log.write({"request_id": "first"})
+    deadline = time.monotonic() + 5
+    while log._lines and time.monotonic() < deadline:  # the writer took the first line and is stuck
+        time.sleep(0.001)
+    for rec in _records(25):
+        log.write(rec)
+    assert log.dropped == len(drops) == 15
+    release.set()
+    log.close()
+    lines = [orjson.loads(x)["request_id"] for x in out.getvalue().splitlines()]
+    assert lines == ["first"] + [f"r{i}" for i in range(10)]  # the oldest kept, in order
