@@ -26,8 +26,9 @@ whichever is selected; the strategy only changes the final choice:
 - ``always-speculative`` / ``always-baseline``: fixed pool.
 
 Reasons (``x-specroute-reason``): ``predicted-gain``, ``no-gain``, ``spec-busy`` (a gain at an idle
-pool, a loss at the current batch), ``spec-queued``, ``baseline-queued``, ``explore``, ``forced``,
-``classifier-<label>``, ``always-<pool>``.
+pool, a loss at the current batch), ``spec-queued``, ``baseline-queued``, ``spec-unavailable`` /
+``baseline-unavailable`` (no endpoint of that pool is up), ``explore``, ``forced``, ``classifier-<label>``,
+``always-<pool>``.
 
 Load per endpoint is the larger of the gateway's own in-flight count (always fresh) and vLLM's
 running + waiting from the last scrape (sees other clients); the pool's batch is that of its
@@ -176,10 +177,10 @@ class AdaptivePolicy:
         elif strategy is Strategy.CLASSIFIER:
             pool = "speculative" if label == "structured" else "baseline"
             reason = f"classifier-{label}"
-        elif not spec.available:
-            pool, reason = "baseline", "spec-queued"
+        elif not spec.available:  # no endpoint of it is up: nothing to weigh
+            pool, reason = "baseline", "spec-unavailable"
         elif not base.available:
-            pool, reason = "speculative", "baseline-queued"
+            pool, reason = "speculative", "baseline-unavailable"
         else:
             queues = spec.ahead > 0 or base.ahead > 0
             tokens = self._tokens(request.body) if queues else 0.0

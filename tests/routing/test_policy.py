@@ -373,3 +373,14 @@ def test_a_request_of_several_sequences_times_no_step():
     assert p.model.base_observations == 0 and p.residence_s == {}
     p.observe(Outcome(d, "baseline", "b0", 200, 0.05, 1.05, 51, 51))
     assert p.model.base_observations == 1 and p.model.step_s == pytest.approx(0.02)
+
+
+def test_a_pool_with_no_endpoint_up_is_named_unavailable_not_queued():
+    """With every endpoint of a pool down, the reason said it was queued: a dashboard of reasons then
+    showed a load problem where there was an outage."""
+    p = _policy(exploration_rate=0.0)
+    p.pools["speculative"].endpoints[0].healthy = False
+    assert (p.decide(STRUCTURED).pool, p.decide(STRUCTURED).reason) == ("baseline", "spec-unavailable")
+    p.pools["speculative"].endpoints[0].healthy = True
+    p.pools["baseline"].endpoints[0].healthy = False
+    assert (p.decide(OPEN).pool, p.decide(OPEN).reason) == ("speculative", "baseline-unavailable")
