@@ -223,6 +223,7 @@ class EndpointScrape:
     loads: tuple[EndpointLoad, EndpointLoad] | None = None
     failures: int = 0
     error: str | None = None
+    told_k: bool = False  # the log said its counters' k differs from the configured one
 
     @property
     def k(self) -> int | None:
@@ -416,7 +417,22 @@ class Scraper:
             state.error = type(e).__name__
             return
         pool = self.pools.get(ep.pool)
-        state.update(reading, pool.num_speculative_tokens if pool else None)
+        configured = pool.num_speculative_tokens if pool else None
+        state.update(reading, configured)
+        drafted = len(reading.per_pos) if reading.per_pos else None
+        if configured and drafted and drafted != configured and not state.told_k:
+            # every measurement reads the stream by the configured k: wrong, it misreads them all
+            state.told_k = True
+            log.warning(
+                "endpoint %s/%s drafts %d tokens per step by its /metrics, but "
+                "pools.speculative.num_speculative_tokens is %d: acceptance is measured with %d; "
+                "set it to the server's num_speculative_tokens, or leave it unset to read it from /metrics",
+                ep.pool,
+                ep.name,
+                drafted,
+                configured,
+                configured,
+            )
 
     def export(self) -> None:
         """Refresh the scrape gauges (also called when ``/metrics`` is rendered, for the age)."""

@@ -312,3 +312,24 @@ def test_step_times_wait_to_be_taken_once_each():
             Reading(float(n), running=1, step_seconds=n * MIN_STEPS * 0.01, steps=n * MIN_STEPS), None
         )
     assert len(scraper.take_steps(ep)) == UNREAD_STEPS
+
+
+def test_a_configured_k_the_counters_contradict_is_told_once(vllm_fixture, caplog):
+    """Measurements read a stream by the configured k: one the server does not use misreads them all."""
+    page = vllm_fixture("ngram_metrics_under_load.txt").decode()
+    drafted = len(parse(page).per_pos)
+    for configured, told in ((drafted + 2, 1), (drafted, 0), (None, 0)):
+        ep = Endpoint("speculative", "s0", "http://s0")
+        pools = {
+            "speculative": Pool("speculative", ["m"], [ep], configured),
+            "baseline": Pool("baseline", ["m"], []),
+        }
+        client = httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200, text=page)))
+        scraper = Scraper(client, pools, Metrics(), 1.0)
+        caplog.clear()
+        for _ in range(3):
+            asyncio.run(scraper.scrape_once())
+        warned = [r.getMessage() for r in caplog.records if "num_speculative_tokens is" in r.getMessage()]
+        assert len(warned) == told, (configured, warned)
+        if told:
+            assert f"drafts {drafted} tokens per step" in warned[0]
