@@ -19,11 +19,24 @@ binomial likelihood's posterior mode (:func:`binomial_observation`), with ``PROM
 what no feature explains, so a short request moves the model less than a long one, and one that
 accepted every draft (or none) counts for what the likelihood says.
 
-The covariance is kept diagonal (one variance per weight), and an update scales the variances of
-the request's features by the factor the exact update applies to that request's own predictive
-variance, ``noise / (var + noise)``: a prompt seen again is predicted as surely as a full
-Kalman filter would, where the textbook diagonal update (each weight's own share) barely shrinks the
-many small n-gram weights and leaves every repeated prompt looking unknown.
+The covariance is kept diagonal, read two ways. ``var``, what a prediction reads, is scaled for each
+of the request's features by the factor the exact update applies to that request's own predictive
+variance, ``noise / (var + noise)``: a prompt seen again is predicted as surely as a full Kalman
+filter would, where the textbook diagonal update (each weight's own share) barely shrinks the many
+small n-gram weights and leaves every repeated prompt looking unknown. That factor is the request's,
+though. The fixed features nearly every request shares (``Features.fixed``: kind, p_structured,
+temperature, context length, response_format, tools, script) took it from every request, so their
+variance compounded away within a few dozen (the length weight's sd was 0.005 after 50 updates) and
+later evidence no longer moved them: with long contexts accepting 0.15 and short prompts 0.75 (0.35
+with tools), new long prompts were still predicted at 0.26 after 300 requests, and sent to the
+speculative pool. A full filter keeps a shared weight about as uncertain as its own evidence says;
+what makes a repeated prompt sure is how its shared weights and its word grams correlate, which a
+diagonal cannot hold. So the shared features keep their own variance too (``own_var``, the textbook update's
+``var_i -= (var_i · x_i)² / s``), and it sets how far a measurement moves them: the mean moves by the
+Kalman step whose prior reads the shared features' own variances and the word grams' ``var``. The
+word grams carry what a prompt's measurements made sure (four measurements of one prompt still take
+its sd under 0.4 of the prior's), while the shared weights go on learning (the long prompts above are
+now predicted at 0.17, the short ones at 0.71).
 
 Forgetting is a random walk of the weights: each weight's variance grows back towards
 ``PRIOR_VAR`` with the configured half-life, lazily when it is next read; its mean stays where the
@@ -197,6 +210,9 @@ class AlphaModel:
     clock: Callable[[], float] = time.monotonic
     mean: array[float] = field(default_factory=lambda: array("d", bytes(8 * SLOTS)))
     var: array[float] = field(default_factory=lambda: array("d", [PRIOR_VAR]) * SLOTS)
+    # each weight's own variance, as the textbook diagonal update keeps it: how far a measurement moves
+    # the fixed features' weights, which nearly every request shares (``var`` is what a request reads)
+    own_var: array[float] = field(default_factory=lambda: array("d", [PRIOR_VAR]) * SLOTS)
     stamp: array[float] = field(default_factory=lambda: array("d", bytes(8 * SLOTS)))
     # a feature name per slot (≤ SLOTS), to explain the weights: recorded for a slot without one, and
     # renewed for every slot of each NAME_RENEWAL-th update (a slot shared by several names shows one
@@ -226,6 +242,7 @@ class AlphaModel:
         if dt > REFRESH_S * self.half_life_s:
             f = 0.5 ** (dt / self.half_life_s)
             self.var[s] = PRIOR_VAR - (PRIOR_VAR - self.var[s]) * f
+            self.own_var[s] = PRIOR_VAR - (PRIOR_VAR - self.own_var[s]) * f
             self.stamp[s] = now
 
     def predict(self, x: Features, p_structured: float) -> AlphaPrediction:
@@ -270,10 +287,27 @@ class AlphaModel:
         noise += PROMPT_VAR
         s_total = pred.var + noise
         resid = measured - pred.mean
-        gain = resid / s_total
-        mean, var = self.mean, self.var
+        mean, var, own = self.mean, self.var, self.own_var
+        slots, values = x.slots, x.values
+        fixed = len(x.fixed)  # the first slots: the features (nearly) every request shares
+        # the step is a Kalman step whose prior reads the shared weights' own variances (the word
+        # grams' as the request reads them): the shared weights keep learning at the rate their own
+        # evidence allows instead of at the request's, which a repeated prompt makes small at once
+        own_part = read = 0.0
+        for k in range(fixed):
+            s, sq = slots[k], values[k] * values[k]
+            own_part += sq * own[s]
+            read += sq * var[s]
+        s_step = max(s_total + own_part - read, noise + own_part)
+        gain = resid / s_step
         shrink = noise / s_total  # the exact update's factor on this request's predictive variance
-        for s, xi in zip(x.slots, x.values, strict=True):
+        for k in range(fixed):
+            s, xi = slots[k], values[k]
+            ov = own[s]
+            mean[s] += ov * xi * gain
+            own[s] = ov - (ov * xi) ** 2 / s_step  # the textbook diagonal update: each weight's own share
+            var[s] *= shrink
+        for s, xi in zip(slots[fixed:], values[fixed:], strict=True):
             pv = var[s]
             mean[s] += pv * xi * gain
             var[s] = pv * shrink
@@ -341,7 +375,7 @@ class AlphaModel:
             # become as uncertain as the prior's and the next measurements relearn them at once
             # instead of by slivers
             for s in slots:
-                self.var[s] = PRIOR_VAR
+                self.var[s] = self.own_var[s] = PRIOR_VAR
             self.forgotten += 1
         self._up = self._down = 0.0
         for side in (self._run_up, self._run_down, self._slots_up, self._slots_down):
@@ -376,7 +410,8 @@ class AlphaModel:
                 {
                     "feature": name,
                     "weight": round(self.mean[s], 4),
-                    "sd": round(math.sqrt(self.var[s]), 4),
+                    # a shared feature's own sd; a word gram's as the requests read it
+                    "sd": round(math.sqrt((self.var if name.startswith("w=") else self.own_var)[s]), 4),
                 }
                 for s, name in ranked
             ],

@@ -25,7 +25,7 @@ def _run(profile: str, rates: tuple[float, ...], strategies: tuple[str, ...], **
 
 @pytest.fixture(scope="module")
 def rules() -> dict[str, Any]:
-    return _run("rules", (0.5, 1.0, 4.0, 20.0), (*FIXED, "classifier", "adaptive"))
+    return _run("rules", (0.5, 1.0, 4.0), (*FIXED, "classifier", "adaptive"))
 
 
 @pytest.mark.parametrize("rate", ["0.5", "1"])
@@ -46,15 +46,22 @@ def test_adaptive_beats_both_pools_at_medium_load(rules):
     assert row["adaptive"]["e2e_ms"] <= 1.03 * row["classifier"]["e2e_ms"]
 
 
-def test_adaptive_uses_both_pools_at_high_load(rules):
+def test_adaptive_uses_both_pools_at_high_load():
     """20 req/s saturates either pool alone: requests queue, so the time to finish is the figure.
     Adaptive spreads them over both pools' seats and finishes them far sooner than either pool,
-    and sooner than the classifier's split, which sends all structured output to speculation."""
-    row = rules["20"]
-    ratio = versus_best_fixed(row, "adaptive", "e2e_ms")
-    assert ratio <= 0.7
-    assert row["adaptive"]["e2e_ms"] <= 1.03 * row["classifier"]["e2e_ms"]
-    assert 0.1 < row["adaptive"]["spec_share"] < 0.9
+    and sooner than the classifier's split, which sends all structured output to speculation.
+
+    Over twelve draws of the prompts and arrivals: at this load one draw's figure moves by tens of
+    per cent with any change to what is learned (0.49 to 0.82 of the best fixed pool's time), so a
+    bound on one draw says more about the draw than about the routing."""
+    ratios, versus_classifier = [], []
+    for seed in range(12):
+        row = _run("rules", (20.0,), (*FIXED, "classifier", "adaptive"), seed=seed)["20"]
+        ratios.append(versus_best_fixed(row, "adaptive", "e2e_ms"))
+        versus_classifier.append(row["adaptive"]["e2e_ms"] / row["classifier"]["e2e_ms"])
+        assert 0.1 < row["adaptive"]["spec_share"] < 0.9
+    assert sum(ratios) / len(ratios) <= 0.65 and max(ratios) <= 0.9, ratios
+    assert sum(versus_classifier) / len(versus_classifier) <= 0.8 and max(versus_classifier) <= 1.03
 
 
 def test_skewed_draft_learned_at_medium_load():

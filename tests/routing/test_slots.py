@@ -134,4 +134,4 @@ def test_the_prediction_is_the_same_with_and_without_the_c_sums(monkeypatch: pyt
     monkeypatch.setattr(alpha_model, "_WEIGHTED", None)
     slow = twin.predict(x, 0.7)
     assert fast == slow
-    assert model.var == twin.var and model.stamp == twin.stamp
+    assert model.var == twin.var and model.own_var == twin.own_var and model.stamp == twin.stamp
