@@ -7,6 +7,7 @@ import random
 import pytest
 
 from gateway.speculation import alpha_from_length, expected_length, from_server, from_token_steps
+from tests.streams import cut_stream
 
 
 def test_expected_length_matches_the_reference_example():
@@ -65,18 +66,6 @@ def test_too_little_to_measure():
     assert one is not None and (one.alpha, one.trials) == (1.0, 2)
 
 
-def _short(alpha: float, k: int, max_tokens: int, rng: random.Random) -> list[int]:
-    """The tokens per chunk of one stream cut at ``max_tokens`` (the prefill token first)."""
-    tokens, total = [1], 1
-    while total < max_tokens:
-        a = 0
-        while a < k and rng.random() < alpha:
-            a += 1
-        tokens.append(min(a + 1, max_tokens - total))
-        total += tokens[-1]
-    return tokens
-
-
 @pytest.mark.parametrize("alpha", [0.3, 0.5, 0.8])
 @pytest.mark.parametrize("max_tokens", [6, 10, 16, 64])
 def test_short_outputs_measure_alpha_without_bias(alpha: float, max_tokens: int) -> None:
@@ -84,7 +73,9 @@ def test_short_outputs_measure_alpha_without_bias(alpha: float, max_tokens: int)
     (0.44 for 0.8 at max_tokens 6); counted as censored, the measurements pooled as the model pools
     them (by their trials) find alpha at every length."""
     rng = random.Random(7)
-    found = [m for m in (from_token_steps(_short(alpha, 7, max_tokens, rng), 7) for _ in range(3000)) if m]
+    found = [
+        m for m in (from_token_steps(cut_stream(alpha, 7, max_tokens, rng), 7) for _ in range(3000)) if m
+    ]
     pooled = sum(m.alpha * m.trials for m in found) / sum(m.trials for m in found)
     assert pooled == pytest.approx(alpha, abs=0.02)
 

@@ -16,6 +16,7 @@ from gateway.routing.speedup import STEP_WINDOW
 from gateway.speculation import expected_length, from_token_steps
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import Reading, Scraper
+from tests.streams import cut_stream
 
 
 @dataclass(frozen=True)
@@ -326,18 +327,6 @@ def test_baseline_step_times_counted_between_two_decisions_are_all_learned():
     assert p.model.base_observations == 2  # each is learned once
 
 
-def _cut_stream(alpha: float, k: int, max_tokens: int, rng: random.Random) -> list[int]:
-    """Tokens per chunk of one stream that ``max_tokens`` cuts (the prefill token first)."""
-    tokens, total = [1], 1
-    while total < max_tokens:
-        a = 0
-        while a < k and rng.random() < alpha:
-            a += 1
-        tokens.append(min(a + 1, max_tokens - total))
-        total += tokens[-1]
-    return tokens
-
-
 def test_short_streams_teach_the_acceptance_the_access_log_shows():
     """A stream's last step is cut short by max_tokens: read per position (accepted drafts over those
     plus the rejections seen) its acceptance stays right. The policy was handed accepted drafts and
@@ -349,7 +338,7 @@ def test_short_streams_teach_the_acceptance_the_access_log_shows():
     taught = 0
     for _ in range(100):
         d = p.decide(STRUCTURED)
-        m = from_token_steps(_cut_stream(0.8, 7, 6, rng), 7)
+        m = from_token_steps(cut_stream(0.8, 7, 6, rng), 7)
         if m is None or m.rejected is None:
             continue
         out = Outcome(
