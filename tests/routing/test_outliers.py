@@ -11,8 +11,9 @@ from gateway.routing.outliers import MIN_OBSERVATIONS, OutlierDetector
 from gateway.routing.policy import Outcome, RouteRequest
 from gateway.speculation import from_token_steps
 from gateway.upstream.pool import Endpoint, Pool
+from tests.streams import cut_stream
 
-from .test_policy import FixedClassifier, _cut_stream, _policy  # noqa: F401  (shared policy builder)
+from .test_policy import FixedClassifier, _policy  # noqa: F401  (shared policy builder)
 
 
 def _pool(n: int = 3) -> Pool:
@@ -102,7 +103,7 @@ def test_identical_endpoints_answering_briefly_are_not_demoted_and_a_bad_one_sti
     rng = random.Random(2)
 
     def serve(endpoint: str, alpha: float, max_tokens: int) -> None:
-        m = from_token_steps(_cut_stream(alpha, 7, max_tokens, rng), 7)
+        m = from_token_steps(cut_stream(alpha, 7, max_tokens, rng), 7)
         if m is not None and m.rejected is not None:
             d = p.decide(req)
             p.observe(
