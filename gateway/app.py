@@ -30,6 +30,8 @@ from gateway.api.state import Gateway
 from gateway.config import PoolName, Settings
 from gateway.observability import Metrics
 from gateway.observe import Observer
+from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.learned import LearnedState, check_path, deployment
 from gateway.routing.measurement import MeasurementGate
 from gateway.routing.policy import Policy
 from gateway.tls import upstream_context
@@ -133,6 +135,8 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     pools = build_pools(settings)
     keys = UpstreamKeys(settings, pools)  # read now: a missing key stops start-up, not a request
     tls = upstream_context(settings.upstream_tls)  # the same for the CA and client certificate files
+    if settings.routing.state_file is not None:
+        check_path(settings.routing.state_file)  # a file that could never be written stops start-up
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -161,6 +165,15 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
             scraper=scraper,
         )
         app.state.gateway = gw
+        if settings.routing.state_file is not None and isinstance(routing, AdaptivePolicy):
+            gw.learned = LearnedState(
+                routing,
+                settings.routing.state_file,
+                deployment(settings),
+                settings.routing.state_save_interval_s,
+            )
+            gw.learned.load()
+            gw.tasks.append(asyncio.create_task(gw.learned.keep()))
         await discovery.refresh(client, pools, settings)
         await health.check_all(client, list(pools.values()), settings.health)
         gw.upstreams.export_state()
@@ -184,6 +197,8 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
                 with suppress(asyncio.CancelledError):
                     await task
             gw.observer.close()  # the access-log lines still queued go out before the process ends
+            if gw.learned is not None:
+                gw.learned.save()  # what the last requests taught, for the next start
             gw.upstreams.close()
             await client.aclose()
 

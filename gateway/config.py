@@ -363,6 +363,14 @@ class RoutingConfig(_Strict):
         " request the per-request model has a prediction for)",
     )
     seed: int | None = Field(default=None, description="seeds exploration, for reproducible runs")
+    state_file: Path | None = Field(
+        default=None,
+        description="a file where what routing has learned is kept across restarts: read at start, written"
+        " every state_save_interval_s and at shutdown (none: every start begins from the prior)",
+    )
+    state_save_interval_s: float = Field(
+        default=60.0, ge=1, description="how often the learned state is written to state_file"
+    )
 
 
 class UpstreamTLSConfig(_Strict):

@@ -689,4 +689,5 @@ async def admin_routing(request: Request) -> Response:
     snapshot = getattr(gw.policy, "snapshot", None)
     state: dict[str, Any] = snapshot() if callable(snapshot) else {"strategy": gw.policy.strategy.value}
     state["measurement"] = gw.measurement.snapshot()
+    state["learned_state"] = gw.learned.snapshot() if gw.learned is not None else None
     return Response(orjson.dumps(state), media_type="application/json")

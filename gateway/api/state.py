@@ -10,6 +10,7 @@ from starlette.requests import Request
 from gateway.config import Settings
 from gateway.observability import Metrics
 from gateway.observe import Observer
+from gateway.routing.learned import LearnedState
 from gateway.routing.measurement import MeasurementGate
 from gateway.routing.policy import Policy
 from gateway.upstream.forward import Upstreams
@@ -28,6 +29,7 @@ class Gateway:
     observer: Observer
     measurement: MeasurementGate
     scraper: Scraper | None = None
+    learned: LearnedState | None = None  # routing.state_file, when set
     draining: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 

@@ -54,16 +54,18 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.config import PoolName, RoutingConfig, Strategy
 from gateway.observability import Metrics
-from gateway.routing.alpha_model import AlphaModel, AlphaPrediction
-from gateway.routing.estimates import AlphaEstimates
+from gateway.routing.alpha_model import AlphaModel, AlphaPrediction, AlphaState
+from gateway.routing.estimates import AlphaEstimates, EstimatesState
 from gateway.routing.features import extract
 from gateway.routing.outliers import OutlierDetector, residual
 from gateway.routing.policy import Classifier, Decision, Feedback, Outcome, RouteRequest
-from gateway.routing.speedup import STEP_WINDOW, SpeedupModel
+from gateway.routing.speedup import STEP_WINDOW, SpeedupModel, SpeedupState
 from gateway.speculation import Measured, alpha_from_length
 from gateway.upstream.pool import Pool
 from gateway.upstream.scrape import Scraper
@@ -87,6 +89,23 @@ class PoolLoad(NamedTuple):
     own: bool = True  # the gateway's own requests are at least half of that endpoint's load
 
 
+class PolicyState(BaseModel):
+    """What an :class:`AdaptivePolicy` has learned, as kept across restarts (``gateway.routing.learned``).
+
+    Load, in-flight counts, the outlier detector's view of each endpoint and the decision counters are
+    the running process's, not learning: a restarted gateway reads them afresh.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    acceptance: AlphaState
+    estimates: EstimatesState
+    speedup: SpeedupState
+    residence_s: dict[PoolName, Annotated[float, Field(ge=0)]]
+    mean_tokens: float = Field(ge=0)
+    finished: int = Field(ge=0)
+
+
 @dataclass
 class AdaptivePolicy:
     strategy: Strategy
@@ -102,7 +121,7 @@ class AdaptivePolicy:
     counts: Counter[str] = field(default_factory=Counter)
     rng: random.Random = field(default_factory=random.Random)
     # running means from outcomes: seconds from first to last token per pool, completion tokens
-    residence_s: dict[str, float] = field(default_factory=dict)
+    residence_s: dict[PoolName, float] = field(default_factory=dict)
     mean_tokens: float = DEFAULT_TOKENS
     _finished: int = 0
     _scrape_round: int = 0  # the scraper's round last read
@@ -438,6 +457,27 @@ class AdaptivePolicy:
             None,
         )
         return d.batch if end is None else (d.batch + end) / 2
+
+    # -- keeping across restarts ------------------------------------------------------------------
+    def state(self) -> PolicyState:
+        return PolicyState(
+            acceptance=self.alpha_model.state(),
+            estimates=self.estimates.state(),
+            speedup=self.model.state(),
+            residence_s=dict(self.residence_s),
+            mean_tokens=self.mean_tokens,
+            finished=self._finished,
+        )
+
+    def restore(self, state: PolicyState, down_s: float) -> None:
+        """Take up a :meth:`state` saved ``down_s`` seconds ago (what was learned fades over that time as
+        it would have in a running gateway that measured nothing)."""
+        self.alpha_model.restore(state.acceptance, down_s)
+        self.estimates.restore(state.estimates, down_s)
+        self.model.restore(state.speedup)
+        self.residence_s = dict(state.residence_s)
+        self.mean_tokens = state.mean_tokens
+        self._finished = state.finished
 
     # -- explaining --------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

@@ -72,7 +72,9 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.routing.estimates import PRIOR_OPEN, PRIOR_STRUCTURED
 from gateway.routing.features import SLOTS, Features
@@ -202,6 +204,27 @@ class AlphaPrediction:
     def upper(self, z: float) -> float:
         """alpha at ``z`` posterior standard deviations above the mean."""
         return sigmoid(self.mean + z * math.sqrt(self.var))
+
+
+class AlphaState(BaseModel):
+    """An :class:`AlphaModel`'s learning, as kept across restarts; a file that does not fit is refused."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    mean: list[float] = Field(min_length=SLOTS, max_length=SLOTS)
+    var: list[Annotated[float, Field(gt=0)]] = Field(min_length=SLOTS, max_length=SLOTS)
+    own_var: list[Annotated[float, Field(gt=0)]] = Field(min_length=SLOTS, max_length=SLOTS)
+    stamp: list[float] = Field(min_length=SLOTS, max_length=SLOTS)
+    names: dict[Annotated[int, Field(ge=0, lt=SLOTS)], str]
+    updates: int = Field(ge=0)
+    shifts: int = Field(ge=0)
+    forgotten: int = Field(ge=0)
+    error_mean: float
+    error_abs: float = Field(ge=0)
+    shift_offset: float
+    kind_z: dict[str, float]
+    z2: float = Field(gt=0)
+    now: float  # the model's clock when it was saved: the stamps are read against it
 
 
 @dataclass
@@ -380,6 +403,46 @@ class AlphaModel:
         self._up = self._down = 0.0
         for side in (self._run_up, self._run_down, self._slots_up, self._slots_down):
             side.clear()
+
+    def state(self) -> AlphaState:
+        """What this model has learned (``gateway.routing.learned`` keeps it on disk).
+
+        The change detector's run in progress is left out: a restarted gateway starts a new run.
+        """
+        return AlphaState(
+            mean=self.mean.tolist(),
+            var=self.var.tolist(),
+            own_var=self.own_var.tolist(),
+            stamp=self.stamp.tolist(),
+            names=dict(self.names),
+            updates=self.updates,
+            shifts=self.shifts,
+            forgotten=self.forgotten,
+            error_mean=self.error_mean,
+            error_abs=self.error_abs,
+            shift_offset=self.shift_offset,
+            kind_z=dict(self._kind_z),
+            z2=self._z2,
+            now=self.clock(),
+        )
+
+    def restore(self, state: AlphaState, down_s: float) -> None:
+        """Take up a :meth:`state` saved ``down_s`` seconds before this process's clock began to count for
+        it: the weights forget over that time as if the gateway had run without measuring."""
+        moved = self.clock() - state.now - down_s
+        self.mean = array("d", state.mean)
+        self.var = array("d", state.var)
+        self.own_var = array("d", state.own_var)
+        self.stamp = array("d", (t + moved for t in state.stamp))
+        self.names = dict(state.names)
+        self.updates = state.updates
+        self.shifts = state.shifts
+        self.forgotten = state.forgotten
+        self.error_mean = state.error_mean
+        self.error_abs = state.error_abs
+        self.shift_offset = state.shift_offset
+        self._kind_z = dict(state.kind_z)
+        self._z2 = state.z2
 
     @property
     def spread(self) -> float:

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 PRIOR_OPEN = 0.25  # alpha of open-ended prose (the reference deployment saw ≈ 0.27)
 PRIOR_STRUCTURED = 0.8  # alpha of repetitive or templated output (≈ 0.8)
 PRIOR_WEIGHT = 0.5  # the prior counts as this many requests: it decides only until measurements arrive
@@ -182,6 +184,34 @@ class ShiftDetector:
         return measured / expected_sum if expected_sum > 0 else None
 
 
+class KindState(BaseModel):
+    """One (kind, class)'s evidence, as kept across restarts (its change detector's run is not)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    kind: str
+    cls: str
+    weight: float = Field(ge=0)
+    total: float = Field(ge=0)
+    updated: float
+    observations: int = Field(ge=0)
+    last_alpha: float | None = Field(ge=0, le=1)
+    last_p: float = Field(ge=0, le=1)
+    changes: int = Field(ge=0)
+
+
+class EstimatesState(BaseModel):
+    """:class:`AlphaEstimates`' learning, as kept across restarts."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    prior: tuple[float, float, float, float, float, float, float, float]  # PriorModel's fields in order
+    prior_at: float
+    kinds: list[KindState]
+    shifts: int = Field(ge=0)
+    now: float  # the estimates' clock when they were saved
+
+
 @dataclass
 class AlphaEstimates:
     half_life_s: float = 60.0
@@ -231,6 +261,49 @@ class AlphaEstimates:
         for est in self.kinds.values():
             if est.weight > 0:
                 est.total = min(0.99 * est.weight, est.total * ratio)
+
+    def state(self) -> EstimatesState:
+        """What these estimates have learned (``gateway.routing.learned`` keeps it on disk)."""
+        p = self.prior
+        return EstimatesState(
+            prior=(p.sw, p.sp, p.spp, p.sa, p.spa, p.a, p.b, p.scale),
+            prior_at=self._prior_at,
+            kinds=[
+                KindState(
+                    kind=kind,
+                    cls=cls,
+                    weight=e.weight,
+                    total=e.total,
+                    updated=e.updated,
+                    observations=e.observations,
+                    last_alpha=e.last_alpha,
+                    last_p=e.last_p,
+                    changes=e.changes,
+                )
+                for (kind, cls), e in self.kinds.items()
+            ],
+            shifts=self.shift.changes,
+            now=self.clock(),
+        )
+
+    def restore(self, state: EstimatesState, down_s: float) -> None:
+        """Take up a :meth:`state` saved ``down_s`` seconds ago: the evidence decays over that time."""
+        moved = self.clock() - state.now - down_s
+        self.prior = PriorModel(*state.prior)
+        self._prior_at = state.prior_at + moved
+        self.kinds = {
+            (k.kind, k.cls): KindEstimate(
+                weight=k.weight,
+                total=k.total,
+                updated=k.updated + moved,
+                observations=k.observations,
+                last_alpha=k.last_alpha,
+                last_p=k.last_p,
+                changes=k.changes,
+            )
+            for k in state.kinds
+        }
+        self.shift = ShiftDetector(changes=state.shifts)
 
     def snapshot(self) -> dict[str, Any]:
         now = self.clock()

@@ -28,6 +28,9 @@ from gateway.types import record
 
 HASH_BITS = 12
 SLOTS = 1 << HASH_BITS
+#: what the slots mean: bump when a feature's name, value or hashing changes, so that weights learned
+#: under the old meaning (``routing.state_file``) are not read as the new one's
+SCHEME = 1
 MASK = SLOTS - 1
 WINDOW_CHARS = 240  # the instruction window: its first characters ...
 WINDOW_WORDS = 24  # ... and at most this many words of it

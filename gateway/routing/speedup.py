@@ -34,7 +34,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.speculation import expected_length
 
@@ -51,6 +53,21 @@ KNEE_SIGNAL = 1.25  # a step this much dearer than step_s is taken as being past
 # under-state a dear draft (a bound of 0.5 at k = 7 put a measured 6x step at 4.5x, and promised a 1.3x
 # gain at alpha 0.9 that was a 5 % loss)
 C_MAX = 1.0
+
+
+class SpeedupState(BaseModel):
+    """A :class:`SpeedupModel`'s learning, as kept across restarts."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    k: int = Field(ge=1)
+    c: float = Field(ge=0, le=C_MAX)
+    step_s: float = Field(gt=0)
+    knee: float = Field(gt=0)
+    base_observations: int = Field(ge=0)
+    spec_observations: int = Field(ge=0)
+    base_steps: list[Annotated[float, Field(gt=0)]] = Field(max_length=STEP_WINDOW)
+    spec_steps: list[Annotated[float, Field(gt=0)]] = Field(max_length=STEP_WINDOW)
 
 
 @dataclass
@@ -143,6 +160,28 @@ class SpeedupModel:
     def _learn_knee(self, verified: float, cost: float) -> None:
         knee = min(1e6, max(float(self.k + 1), verified / cost))
         self.knee += LEARN_RATE * (knee - self.knee)
+
+    def state(self) -> SpeedupState:
+        """What this model has learned (``gateway.routing.learned`` keeps it on disk)."""
+        return SpeedupState(
+            k=self.k,
+            c=self.c,
+            step_s=self.step_s,
+            knee=self.knee,
+            base_observations=self.base_observations,
+            spec_observations=self.spec_observations,
+            base_steps=list(self.base_steps),
+            spec_steps=list(self.spec_steps),
+        )
+
+    def restore(self, state: SpeedupState) -> None:
+        """Take up a :meth:`state`. The step times are the deployment's: they stay as they were; a
+        speculative pool now drafting another k drops its step times at its first scrape (:meth:`use_k`)."""
+        self.k, self.c, self.step_s, self.knee = state.k, state.c, state.step_s, state.knee
+        self.base_observations = state.base_observations
+        self.spec_observations = state.spec_observations
+        self.base_steps = deque(state.base_steps, maxlen=STEP_WINDOW)
+        self.spec_steps = deque(state.spec_steps, maxlen=STEP_WINDOW)
 
     def snapshot(self) -> dict[str, Any]:
         spec_step = self.spec_step_s

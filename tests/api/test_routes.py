@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -255,3 +256,30 @@ def test_a_completion_whose_prompt_comes_as_embeddings_alone_goes_upstream() -> 
             assert response.headers.get("x-specroute-pool"), body  # an upstream's answer, whatever it says
         missing = stack.request("POST", "/v1/completions", json={"model": MODEL, "max_tokens": 2})
         assert missing.status_code == 400 and missing.json()["error"]["param"] == "prompt"
+
+
+def test_what_routing_learned_is_taken_up_by_the_next_start(tmp_path: Path) -> None:
+    """``routing.state_file``: written at shutdown, read at the next start, shown on /admin/routing."""
+    path = tmp_path / "learned.json"
+    overrides = {"routing": {"strategy": "always-speculative", "state_file": str(path)}}
+    with InProcess(overrides) as stack:
+        assert (
+            stack.request("GET", "/admin/routing").json()["learned_state"]["at_start"].startswith("no file")
+        )
+        for i in range(6):
+            body = {
+                "model": MODEL,
+                "prompt": f"Repeat the list 1 2 3 {i} twice.",
+                "max_tokens": 24,
+                "stream": True,
+            }
+            assert stack.request("POST", "/v1/completions", json=body).status_code == 200
+        learned = stack.request("GET", "/admin/routing").json()["per_request_model"]["updates"]
+        assert learned >= 1
+    assert path.is_file()
+    with InProcess(overrides) as stack:
+        state = stack.request("GET", "/admin/routing").json()
+        assert state["learned_state"]["at_start"].startswith(f"restored {learned} acceptance updates")
+        assert state["per_request_model"]["updates"] == learned
+    with InProcess({"logging": {"access_log": False}}) as stack:
+        assert stack.request("GET", "/admin/routing").json()["learned_state"] is None
