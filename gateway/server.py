@@ -8,10 +8,12 @@ import http.client
 import logging
 import os
 import shutil
+import signal
 import socket
 import ssl
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -246,11 +248,16 @@ class Supervisor(Multiprocess):
 
 
 class DrainingServer(uvicorn.Server):
-    """Marks the gateway draining on SIGTERM/SIGINT, so ``/ready`` says 503 to anyone still asking.
+    """Marks the gateway draining on SIGTERM/SIGINT/SIGHUP, so ``/ready`` says 503 to anyone still asking.
 
     uvicorn does the rest of a graceful shutdown: it closes the listening socket, closes idle
     keep-alive connections, lets in-flight requests and streams finish (``Connection: close``) for up
     to ``timeout_graceful_shutdown`` seconds, then cancels what is left and runs the lifespan shutdown.
+
+    uvicorn catches SIGINT and SIGTERM only; SIGHUP's default action ended the process at once, cutting
+    every stream (a closed terminal, or a service manager's "reload"). It now drains the same way; a
+    reload is a restart of the process by its supervisor, and several workers (``server.workers``)
+    restart one at a time on a SIGHUP to the supervisor.
     """
 
     def __init__(self, config: uvicorn.Config, app: FastAPI):
@@ -267,6 +274,19 @@ class DrainingServer(uvicorn.Server):
         if self.started:
             bound = [sock for server in self.servers for sock in server.sockets or ()]
             log.info(listening(self.config.is_ssl, bound))
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = signal.signal(signal.SIGHUP, self.handle_exit)
+            try:
+                yield
+            finally:
+                # before uvicorn raises the signals it caught again, so SIGHUP then ends the process
+                signal.signal(signal.SIGHUP, previous)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         gateway = getattr(self.app.state, "gateway", None)

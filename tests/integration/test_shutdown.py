@@ -19,6 +19,7 @@ import httpx
 import orjson
 import pytest
 import uvicorn
+import yaml
 
 from gateway import stack
 from gateway.app import create_app
@@ -161,6 +162,25 @@ def test_sigterm_lets_a_live_stream_finish_and_refuses_new_connections(emulator,
     assert "timeout graceful shutdown exceeded" not in gateway.log()
 
 
+def test_sighup_drains_like_sigterm_and_the_learned_state_is_written_at_the_end(emulator, workdir):
+    """SIGHUP (a closed terminal, a service manager's reload) used to end the process at once, mid-stream."""
+    state = workdir / "learned.json"
+    config = _config(emulator, 20.0)
+    config["routing"] = {**config["routing"], "state_file": str(state)}  # type: ignore[dict-item]
+    gateway = stack.start_gateway(config, workdir, "gateway-hup")
+    with stack.running(gateway):
+        stream = _start_stream(gateway)
+        gateway.popen.send_signal(signal.SIGHUP)
+        stream.join(20.0)
+        assert not stream.is_alive() and stream.error is None, stream.error
+        assert stream.events()[-1] == b"[DONE]"
+        gateway.popen.wait(20.0)
+        assert gateway.popen.returncode in (0, -signal.SIGHUP), gateway.log()[-2000:]
+    saved = orjson.loads(state.read_bytes())
+    assert saved["format"] == 1 and saved["deployment"]["speculative_models"] == [MODEL]
+    assert saved["policy"]["residence_s"]["baseline"] > 0  # the stream that drained was learned from
+
+
 def test_several_workers_refuse_new_connections_while_a_stream_drains(emulator, workdir):
     """With ``server.workers`` above 1 the supervisor holds the listening socket too: it must let it go
     at SIGTERM, else new connections are accepted by the kernel and wait, unanswered, for the drain."""
@@ -182,6 +202,33 @@ def test_several_workers_refuse_new_connections_while_a_stream_drains(emulator, 
         assert not stream.is_alive() and stream.error is None, stream.error
         assert stream.events()[-1] == b"[DONE]"
         assert gateway.popen.wait(20) == 0, gateway.log()[-2000:]
+
+
+def test_sighup_to_several_workers_replaces_them_one_at_a_time_with_the_changed_configuration(
+    emulator, workdir
+):
+    """The supervisor's SIGHUP: each new worker reads the configuration file again and serves before
+    the old one drains, so a stream in flight ends whole and no request is refused meanwhile."""
+    config = _config(emulator, 20.0)
+    config["server"] = {**config["server"], "workers": 2}  # type: ignore[dict-item]
+    gateway = stack.start_gateway(config, workdir, "gateway-reload")
+    with stack.running(gateway):
+        stream = _start_stream(gateway)
+        config["routing"] = {**config["routing"], "strategy": "always-speculative"}  # type: ignore[dict-item]
+        (workdir / "gateway-reload.yaml").write_text(yaml.safe_dump(config))
+        gateway.popen.send_signal(signal.SIGHUP)
+        streak, deadline = 0, time.monotonic() + 30
+        while streak < 6 and time.monotonic() < deadline:
+            # every request answered, by an old worker or a new one, while they are replaced
+            r = httpx.get(gateway.url + "/admin/routing", timeout=10, headers={"connection": "close"})
+            assert r.status_code == 200
+            streak = streak + 1 if r.json()["strategy"] == "always-speculative" else 0
+            time.sleep(0.1)
+        assert streak == 6, "the workers did not take up the changed configuration"
+        stream.join(20)
+        assert not stream.is_alive() and stream.error is None, stream.error
+        assert stream.events()[-1] == b"[DONE]"
+        assert gateway.popen.poll() is None  # still serving
 
 
 PLAIN = {"model": MODEL, "prompt": "Tell a long story.", "max_tokens": TOKENS, "ignore_eos": True}
