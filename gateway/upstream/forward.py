@@ -308,6 +308,7 @@ class Upstreams:
             self._busy(endpoint, 1)
             sent_at = time.monotonic()
             response: Response | None = None
+            error: UpstreamError
             try:
                 with deadlines.wait() if limit_at is None else wait_until(limit_at):
                     response = await self._post(endpoint, path, body, headers, method)
@@ -332,14 +333,14 @@ class Upstreams:
                         raise _ClosedEarly  # a passed-through answer may be empty
                 return Sent(endpoint, response, first, chunks, retries=attempt, sent_at=sent_at)
             except _UpstreamStatus as e:
-                kind, last_error = "status_5xx", _reported_status(e.status, e.body, endpoint)
+                kind, error = "status_5xx", _reported_status(e.status, e.body, endpoint)
                 if e.status in _BUSY:
                     kind = "busy"
-                    last_error.retry_after_s = _seconds(e.retry_after) or BUSY_RETRY_AFTER_S
+                    error.retry_after_s = _seconds(e.retry_after) or BUSY_RETRY_AFTER_S
             except _ModelMissing as e:
                 # the configuration says this model is served: this endpoint lacks it (mid-rollout, a
                 # LoRA adapter not loaded here). Nothing ran: sent elsewhere, never ejected for it
-                kind, last_error = "model_missing", ModelNotServed(e.message)
+                kind, error = "model_missing", ModelNotServed(e.message)
                 now = time.monotonic()
                 if now - self._missing_told.get(endpoint.base_url, -MISSING_LOG_S) >= MISSING_LOG_S:
                     self._missing_told[endpoint.base_url] = now  # once a minute: every request meets it
@@ -347,26 +348,26 @@ class Upstreams:
                         "endpoint %s/%s does not serve the model a request named (%s); sent elsewhere",
                         endpoint.pool,
                         endpoint.name,
-                        last_error.message,
+                        error.message,
                     )
             except _ClosedEarly:
-                kind, last_error = "protocol", UpstreamBroken("the upstream's answer was empty")
+                kind, error = "protocol", UpstreamBroken("the upstream's answer was empty")
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
                 if response is None:
                     kind = "connect"
-                    last_error = Unreachable("no upstream endpoint could be reached")
+                    error = Unreachable("no upstream endpoint could be reached")
                 else:  # the endpoint answered; its answer broke off before the first byte of its body
                     kind = "protocol"
-                    last_error = UpstreamBroken("the upstream's answer broke off before its body")
+                    error = UpstreamBroken("the upstream's answer broke off before its body")
             except TimeoutError:
                 kind = "timeout"
-                last_error = UpstreamTimeout("the upstream sent nothing in time")
+                error = UpstreamTimeout("the upstream sent nothing in time")
             except Malformed as e:
                 kind = "protocol"
-                last_error = UpstreamBroken(f"the upstream's answer was not valid HTTP: {e}")
+                error = UpstreamBroken(f"the upstream's answer was not valid HTTP: {e}")
             except aiohttp.ClientError as e:
                 kind = "protocol"
-                last_error = UpstreamBroken(f"the upstream connection failed: {type(e).__name__}")
+                error = UpstreamBroken(f"the upstream connection failed: {type(e).__name__}")
             except BaseException:  # cancelled: the client went away; closing aborts the upstream request
                 self._busy(endpoint, -1)
                 if response is not None:
@@ -380,6 +381,8 @@ class Upstreams:
                 endpoint.mark_busy(self.settings.health)
             elif kind != "model_missing":  # it serves its other models
                 self.failed(endpoint, sent_at)
+            if last_error is None or _telling(error) >= _telling(last_error):
+                last_error = error
             if not idempotent and kind not in ("connect", "busy", "model_missing"):
                 break  # it may have been acted on: not sent again
         if last_error is None:
@@ -806,6 +809,25 @@ def _seconds(retry_after: str | None) -> float | None:
     except ValueError:
         return None
     return min(seconds, MAX_RETRY_AFTER_S) if seconds > 0 else None
+
+
+def _telling(error: UpstreamError) -> int:
+    """How much a failed try says about the request: the client is told the most telling of its tries.
+
+    An upstream's own answer (a server error, busy with its Retry-After) says most; then one that was
+    reached but failed (no first byte in time, a broken or malformed answer); then one that could not be
+    reached; least, an endpoint without the model (another one in the configuration serves it). Among
+    equals the later try is told. Reporting the last try alone told a client "no upstream endpoint could
+    be reached" after one had answered busy, or "model not served" when the endpoint that served it
+    timed out.
+    """
+    if isinstance(error, UpstreamStatus):
+        return 3
+    if isinstance(error, (UpstreamTimeout, UpstreamBroken)):
+        return 2
+    if isinstance(error, Unreachable):
+        return 1
+    return 0
 
 
 def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> UpstreamStatus:

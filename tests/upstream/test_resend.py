@@ -314,6 +314,26 @@ async def test_a_client_told_busy_is_told_when_to_come_back(answer, status, retr
         assert len(script.log) == 2
 
 
+@pytest.mark.parametrize(
+    ("answers", "status", "retry_after"),
+    [
+        (["busy_for_7s", "malformed"], 503, "7"),  # was: 502, the malformed answer's
+        (["error", "model_missing"], 502, None),  # was: 404, as if no endpoint served the model
+        (["malformed", "model_missing"], 502, None),
+        (["busy", "error"], 502, None),  # two upstream answers: the later one
+    ],
+)
+async def test_the_client_is_told_the_most_telling_of_its_tries_not_merely_the_last(
+    answers, status, retry_after
+):
+    async with _setup(answers, retries={"attempts": 2, "backoff_s": 0}) as (client, script, _):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert [a for _, a in script.log] == answers
+        assert e.value.status_code == status
+        assert e.value.response.headers.get("retry-after") == retry_after
+
+
 async def test_a_stream_that_ends_before_done_goes_on_elsewhere():
     async with _setup(["early_end", "ok"]) as (client, script, url):
         # the scripted upstream answers a continuation with the whole text again: what counts is that
