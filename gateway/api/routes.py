@@ -690,4 +690,6 @@ async def admin_routing(request: Request) -> Response:
     state: dict[str, Any] = snapshot() if callable(snapshot) else {"strategy": gw.policy.strategy.value}
     state["measurement"] = gw.measurement.snapshot()
     state["learned_state"] = gw.learned.snapshot() if gw.learned is not None else None
+    # with several workers each learns from the requests it serves: say whose state this is
+    state["worker"] = {"pid": os.getpid(), "workers": gw.settings.server.workers}
     return Response(orjson.dumps(state), media_type="application/json")

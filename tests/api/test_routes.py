@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -281,5 +282,6 @@ def test_what_routing_learned_is_taken_up_by_the_next_start(tmp_path: Path) -> N
         state = stack.request("GET", "/admin/routing").json()
         assert state["learned_state"]["at_start"].startswith(f"restored {learned} acceptance updates")
         assert state["per_request_model"]["updates"] == learned
+        assert state["worker"] == {"pid": os.getpid(), "workers": 1}
     with InProcess({"logging": {"access_log": False}}) as stack:
         assert stack.request("GET", "/admin/routing").json()["learned_state"] is None
