@@ -460,7 +460,11 @@ class ServerConfig(_Strict):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        env_parse_none_str="null",  # as the file writes it: a setting the file gives can be unset
+        extra="forbid",
+        frozen=True,
     )
 
     server: ServerConfig = ServerConfig()

@@ -44,6 +44,20 @@ def test_environment_overrides_file(tmp_path, monkeypatch):
     assert s.auth.api_keys == ["k1", "k2"]
 
 
+def test_the_environment_can_unset_what_the_file_sets(tmp_path, monkeypatch):
+    """``null``, as the file writes it; a setting that cannot be null says so, naming the variable."""
+    path = _write(tmp_path, {**BASE, "routing": {"seed": 5, "state_file": str(tmp_path / "learned.json")}})
+    monkeypatch.setenv("SPECROUTE_ROUTING__SEED", "null")
+    monkeypatch.setenv("SPECROUTE_ROUTING__STATE_FILE", "null")
+    s = load_settings(path)
+    assert s.routing.seed is None and s.routing.state_file is None
+    monkeypatch.setenv("SPECROUTE_SERVER__PORT", "null")
+    with pytest.raises(
+        ConfigError, match=r"server.port: .*\(from environment variable SPECROUTE_SERVER__PORT\)"
+    ):
+        load_settings(path)
+
+
 @pytest.mark.parametrize(
     ("patch", "field"),
     [
