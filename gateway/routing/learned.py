@@ -27,8 +27,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -100,6 +101,9 @@ class LearnedState:
     saved_at: float | None = None  # wall clock of the last save
     save_errors: int = 0
     last_error: str | None = None
+    # one write at a time: the save at shutdown waits for a periodic one still running in its thread
+    # (cancelling the task does not stop the thread), so the newer state is the one left on disk
+    _writing: threading.Lock = field(default_factory=threading.Lock)
 
     def load(self) -> bool:
         """Take up the file's learning; False (with a warning, unless there is no file yet) if not."""
@@ -148,6 +152,10 @@ class LearnedState:
         self._write(self.take())
 
     def _write(self, learned: LearnedFile) -> None:
+        with self._writing:
+            self._write_now(learned)
+
+    def _write_now(self, learned: LearnedFile) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             data = learned.model_dump_json().encode()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -232,3 +234,26 @@ def test_the_running_gateway_saves_on_its_interval(tmp_path: Path) -> None:
     asyncio.run(run_a_while())
     assert keeper.saved_at is not None and keeper.save_errors == 0
     assert _keeper(_policy(), path).load()
+
+
+def test_the_save_at_shutdown_waits_for_a_periodic_one_still_writing(tmp_path: Path) -> None:
+    """Cancelling the saving task leaves its thread writing: the last save must still be the newest."""
+    path = tmp_path / "learned.json"
+    keeper = _keeper(_taught(), path)
+    older = keeper.take()
+    older.policy.mean_tokens = 1.0
+    writing = threading.Event()
+
+    def periodic() -> None:  # the write asyncio.to_thread left running, a little slower than the last save
+        with keeper._writing:
+            writing.set()
+            time.sleep(0.2)
+            keeper._write_now(older)
+
+    thread = threading.Thread(target=periodic)
+    thread.start()
+    writing.wait(10)
+    keeper.save()
+    thread.join(10)
+    saved = json.loads(path.read_text())
+    assert saved["policy"]["mean_tokens"] == keeper.policy.mean_tokens != 1.0
