@@ -35,6 +35,9 @@ def error_body(message: str, type_: str, param: str | None, code: int) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
 
 
+SAMPLING_EPS = 1e-5  # vLLM's tolerance for a sampling parameter that is "off"
+
+
 def bad_request(message: str, param: str | None) -> ApiError:
     return ApiError(400, message, "BadRequestError", param)
 
@@ -329,6 +332,8 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
     temperature = _get_float(d, "temperature", None)
     seed = _get_int(d, "seed", None)
     n = _get_int(d, "n", 1)
+    min_p = _get_float(d, "min_p", None)
+    logit_bias = d.get("logit_bias")
     unsupported = _unsupported(chat, d)
     return_token_ids = _get_bool(d, "return_token_ids", False)
     include_stop = _get_bool(d, "include_stop_str_in_output", False)
@@ -364,6 +369,12 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
         raise bad_request(f"n={n} is not supported by this emulator; only n=1 is.", "n")
     if unsupported is not None:
         raise bad_request(f"{unsupported} is not supported by this emulator.", unsupported)
+    if cfg.speculative and ((min_p is not None and min_p > SAMPLING_EPS) or logit_bias):
+        # vLLM refuses both on a server with speculative decoding (SamplingParams._validate_spec_decode)
+        raise bad_request(
+            "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding.",
+            None,
+        )
     if temperature is not None and temperature < 0:
         raise bad_request(f"temperature must be non-negative, got {temperature}.", "temperature")
     if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
