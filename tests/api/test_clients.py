@@ -76,3 +76,49 @@ def test_a_request_only_the_baseline_pool_can_serve_is_not_failed_over_to_the_sp
         served = stack.request("POST", path, json=plain)
         assert served.status_code == 200, served.text
         assert served.headers["x-specroute-pool"] == "speculative"
+
+
+class WithoutRoutes:
+    """An upstream as vLLM serving a generative model answers a pooling route: FastAPI's 404."""
+
+    PATHS = ("/v1/embeddings", "/tokenize", "/detokenize")
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.PATHS:
+            await self.inner(scope, receive, send)
+            return
+        body = b'{"detail":"Not Found"}'
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 404, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/embeddings", {"model": MODEL, "input": "hello"}),
+        ("/tokenize", {"model": MODEL, "prompt": "hello"}),
+        ("/detokenize", {"model": MODEL, "tokens": [1, 2]}),
+    ],
+)
+def test_a_route_the_models_servers_lack_is_an_openai_shaped_404(
+    speculating: InProcess, path: str, body: dict[str, Any]
+) -> None:
+    """``litellm.embedding`` / ``client.embeddings.create`` against a generative model: vLLM's FastAPI
+    404 reached the client as ``{"detail": "Not Found"}``, which the SDKs report without a message."""
+    inner = [u.app for u in speculating.upstreams]
+    for upstream in speculating.upstreams:
+        upstream.app = WithoutRoutes(upstream.app)  # type: ignore[assignment]
+    try:
+        response = speculating.request("POST", path, json=body, headers=AUTH)
+    finally:
+        for upstream, app in zip(speculating.upstreams, inner, strict=True):
+            upstream.app = app
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["message"] == f"no route POST {path}"
+    assert error["type"] == "NotFoundError" and error["code"] == 404
+    assert response.headers["x-request-id"]
