@@ -161,17 +161,16 @@ class GenRequest:
 
 def _stream_options(d: dict[str, Any], stream: bool) -> tuple[bool, bool]:
     so = d.get("stream_options")
+    if so and not stream:
+        # vLLM 0.32's model validator, run before the fields are checked: an error naming the field
+        raise bad_request(
+            "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+            "stream_options",
+        )
     if so is None:
         return False, False
     if not isinstance(so, dict):
         raise _type_error("dict_type", "stream_options", so)
-    if not stream:
-        raise validation_error(
-            "value_error",
-            ["body"],
-            "Value error, Stream options can only be defined when `stream=True`.",
-            d,
-        )
     include = so.get("include_usage", False)
     cont = so.get("continuous_usage_stats", False)
     if not isinstance(include, bool) or not isinstance(cont, bool):
@@ -369,7 +368,8 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
         raise bad_request(f"n={n} is not supported by this emulator; only n=1 is.", "n")
     if unsupported is not None:
         raise bad_request(f"{unsupported} is not supported by this emulator.", unsupported)
-    if cfg.speculative and ((min_p is not None and min_p > SAMPLING_EPS) or logit_bias):
+    greedy = temperature is not None and temperature < SAMPLING_EPS  # vLLM then sets min_p to 0
+    if cfg.speculative and ((min_p is not None and min_p > SAMPLING_EPS and not greedy) or logit_bias):
         # vLLM refuses both on a server with speculative decoding (SamplingParams._validate_spec_decode)
         raise bad_request(
             "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding.",

@@ -205,6 +205,49 @@ def test_validation_errors_400(spec: Emu) -> None:
         assert spec.post("/v1/completions", {"model": MODEL, "prompt": "x", field: value}).status_code == 200
 
 
+def test_stream_options_without_stream_is_vllms_400_naming_the_field(spec: Emu) -> None:
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 2, "stream_options": {"include_usage": True}}
+    r = spec.post("/v1/completions", body)
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+        "type": "BadRequestError",
+        "param": "stream_options",
+        "code": 400,
+    }
+    # vLLM's check reads the member as a truth value: an empty object passes
+    assert spec.post("/v1/completions", {**body, "stream_options": {}}).status_code == 200
+
+
+def test_min_p_and_logit_bias_are_refused_with_speculation_only(spec: Emu, base: Emu) -> None:
+    refused = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
+    for path, extra in (
+        ("/v1/completions", {"min_p": 0.05}),
+        ("/v1/chat/completions", {"logit_bias": {"5": -100}}),
+    ):
+        body = {"model": MODEL, "max_tokens": 2, **extra}
+        body |= (
+            {"prompt": "x"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+        )
+        r = spec.post(path, body)
+        assert r.status_code == 400 and r.json()["error"] == {
+            "message": refused,
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+        assert base.post(path, body).status_code == 200
+    for off in (
+        {"min_p": 0},
+        {"logit_bias": {}},
+        {"min_p": None, "logit_bias": None},
+        {"min_p": 0.1, "temperature": 0},
+    ):
+        assert (
+            spec.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2, **off}).status_code
+            == 200
+        )
+
+
 # -- semantics --------------------------------------------------------------------------------------
 
 
