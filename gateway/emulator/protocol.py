@@ -195,7 +195,10 @@ def _unsupported(chat: bool, d: dict[str, Any]) -> str | None:
     """A completion field that would change vLLM's answer but that the emulator does not model, if set:
     refused like ``n > 1`` rather than ignored, so that no answer looks right and is not."""
     if chat:
-        return None
+        # a forced tool call (vLLM constrains the answer to the tool's arguments) is not modelled; with
+        # "auto" a plain answer is one the model may give
+        choice = d.get("tool_choice")
+        return "tool_choice" if choice == "required" or isinstance(choice, dict) else None
     if _get_bool(d, "echo", False):
         return "echo"
     best_of = _get_int(d, "best_of", None)

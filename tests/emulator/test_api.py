@@ -203,6 +203,15 @@ def test_validation_errors_400(spec: Emu) -> None:
         assert r.json()["error"]["message"] == f"{field} is not supported by this emulator."
     for field, value in (("echo", False), ("best_of", 1), ("best_of", None), ("suffix", None)):
         assert spec.post("/v1/completions", {"model": MODEL, "prompt": "x", field: value}).status_code == 200
+    # a forced tool call is not modelled either: refused, where a plain answer would pass for one
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [tool], "max_tokens": 2}
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        r = spec.post("/v1/chat/completions", {**chat, "tool_choice": choice})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+        assert r.json()["error"]["message"] == "tool_choice is not supported by this emulator."
+    for choice in ("auto", "none", None):
+        assert spec.post("/v1/chat/completions", {**chat, "tool_choice": choice}).status_code == 200
 
 
 def test_stream_options_without_stream_is_vllms_400_naming_the_field(spec: Emu) -> None:
