@@ -26,7 +26,7 @@ Reading steps from a stream (tokens per chunk, from continuous usage):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from gateway.types import record
 
@@ -148,3 +148,33 @@ def sequences(payload: Mapping[str, Any] | None) -> int:
 def _count(value: Any) -> int:
     """An integer above 1 as it is; anything else (absent, null, a value the upstream refuses) as one."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+
+
+#: vLLM's tolerance for a sampling parameter that is "off" (``vllm.sampling_params._SAMPLING_EPS``)
+SAMPLING_EPS = 1e-5
+
+
+def refused_by_speculation(payload: Mapping[str, Any] | None) -> str | None:
+    """The request field a vLLM server with speculative decoding refuses the request for, or None.
+
+    vLLM (0.32) answers a request with ``min_p`` above zero or a non-empty ``logit_bias`` with a 400 on
+    such a server ("The min_p and logit_bias sampling parameters are not yet supported with speculative
+    decoding") and serves it without speculation: only the baseline pool can serve it. Greedy sampling
+    (a temperature of zero) sets ``min_p`` to zero before that check; without a temperature the
+    server's default applies, which is not zero unless the model's generation config says so.
+    """
+    if payload is None:
+        return None
+    min_p = payload.get("min_p")
+    if _number(min_p) and min_p > SAMPLING_EPS:
+        temperature = payload.get("temperature")
+        if not (_number(temperature) and temperature < SAMPLING_EPS):
+            return "min_p"
+    if payload.get("logit_bias"):
+        return "logit_bias"
+    return None
+
+
+def _number(value: object) -> TypeGuard[float]:
+    """A JSON number (an integer or a float; not a boolean)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)

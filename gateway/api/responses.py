@@ -90,7 +90,8 @@ def chat_view(payload: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(item, dict) and isinstance(item.get("role"), str):
                 messages.append({"role": item["role"], "content": _text(item.get("content"))})
     view: dict[str, Any] = {"messages": messages}
-    for key in ("model", "temperature", "top_p", "tools", "stream"):
+    # min_p and logit_bias: the speculative pool refuses them (gateway.speculation.refused_by_speculation)
+    for key in ("model", "temperature", "top_p", "tools", "stream", "min_p", "logit_bias"):
         if key in payload:
             view[key] = payload[key]
     if payload.get("max_output_tokens") is not None:
@@ -129,7 +130,12 @@ async def responses(request: Request) -> Response:
         headers = upstream_headers(request, gw, rid, "application/json")
         if payload.get("stream") is not True:
             fetched = gw.upstreams.fetch(
-                PATH, body, headers, decision.pool, first_byte_s=gw.settings.timeouts.total_s
+                PATH,
+                body,
+                headers,
+                decision.pool,
+                allow_failover=not decision.baseline_only,
+                first_byte_s=gw.settings.timeouts.total_s,
             )
             sent, content = await unless_disconnected(request, fetched)
             gw.observer.forwarded(decision, sent.pool)
@@ -143,7 +149,9 @@ async def responses(request: Request) -> Response:
                 content, status, headers=decision_headers(decision, sent.pool, rid), media_type=media_type
             )
         deadline = gw.upstreams.deadline()  # the tries, the first byte and the stream together
-        sending = gw.upstreams.send(PATH, body, headers, decision.pool, deadline=deadline)
+        sending = gw.upstreams.send(
+            PATH, body, headers, decision.pool, allow_failover=not decision.baseline_only, deadline=deadline
+        )
         sent = await unless_disconnected(request, sending)
     except asyncio.CancelledError:  # cut at the end of the shutdown grace period (a client gone is a 499)
         observe(

@@ -123,7 +123,12 @@ async def _handle(request: Request, api: Api) -> Response:
             # vLLM sends a non-streamed response's headers only when it is complete: its first byte
             # may take as long as the whole request may (timeouts.total_s).
             fetched = gw.upstreams.fetch(
-                PATHS[api], out.body, out.headers, decision.pool, first_byte_s=gw.settings.timeouts.total_s
+                PATHS[api],
+                out.body,
+                out.headers,
+                decision.pool,
+                allow_failover=not decision.baseline_only,
+                first_byte_s=gw.settings.timeouts.total_s,
             )
             sent, content = await _unless_disconnected(request, fetched)
             gw.observer.forwarded(decision, sent.pool)
@@ -172,6 +177,7 @@ def _send(
         out.body,
         out.headers,
         ex.decision.pool,
+        allow_failover=not ex.decision.baseline_only,
         first_byte_s=first_byte_s,
         tried=tried,
         last_error=error,
@@ -228,6 +234,7 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
         upstream_payload = payload
         if gw.settings.retries.resume_streams and refusal(payload, api == "chat") is None:
             resume = Resumption(api == "chat", PATHS[api], payload, headers)
+            resume.failover = not ex.decision.baseline_only
             upstream_payload = resume.upstream_payload(gw.settings.retries.resume_with_token_ids)
         body, wants_usage, wants_continuous = request_usage(upstream_payload)
         meter = StreamMeter(ex.started, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)

@@ -35,6 +35,9 @@ def error_body(message: str, type_: str, param: str | None, code: int) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
 
 
+SAMPLING_EPS = 1e-5  # vLLM's tolerance for a sampling parameter that is "off"
+
+
 def bad_request(message: str, param: str | None) -> ApiError:
     return ApiError(400, message, "BadRequestError", param)
 
@@ -158,17 +161,16 @@ class GenRequest:
 
 def _stream_options(d: dict[str, Any], stream: bool) -> tuple[bool, bool]:
     so = d.get("stream_options")
+    if so and not stream:
+        # vLLM 0.32's model validator, run before the fields are checked: an error naming the field
+        raise bad_request(
+            "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+            "stream_options",
+        )
     if so is None:
         return False, False
     if not isinstance(so, dict):
         raise _type_error("dict_type", "stream_options", so)
-    if not stream:
-        raise validation_error(
-            "value_error",
-            ["body"],
-            "Value error, Stream options can only be defined when `stream=True`.",
-            d,
-        )
     include = so.get("include_usage", False)
     cont = so.get("continuous_usage_stats", False)
     if not isinstance(include, bool) or not isinstance(cont, bool):
@@ -193,7 +195,10 @@ def _unsupported(chat: bool, d: dict[str, Any]) -> str | None:
     """A completion field that would change vLLM's answer but that the emulator does not model, if set:
     refused like ``n > 1`` rather than ignored, so that no answer looks right and is not."""
     if chat:
-        return None
+        # a forced tool call (vLLM constrains the answer to the tool's arguments) is not modelled; with
+        # "auto" a plain answer is one the model may give
+        choice = d.get("tool_choice")
+        return "tool_choice" if choice == "required" or isinstance(choice, dict) else None
     if _get_bool(d, "echo", False):
         return "echo"
     best_of = _get_int(d, "best_of", None)
@@ -329,6 +334,8 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
     temperature = _get_float(d, "temperature", None)
     seed = _get_int(d, "seed", None)
     n = _get_int(d, "n", 1)
+    min_p = _get_float(d, "min_p", None)
+    logit_bias = d.get("logit_bias")
     unsupported = _unsupported(chat, d)
     return_token_ids = _get_bool(d, "return_token_ids", False)
     include_stop = _get_bool(d, "include_stop_str_in_output", False)
@@ -364,6 +371,13 @@ def parse_request(chat: bool, d: dict[str, Any], cfg: EmulatorConfig) -> GenRequ
         raise bad_request(f"n={n} is not supported by this emulator; only n=1 is.", "n")
     if unsupported is not None:
         raise bad_request(f"{unsupported} is not supported by this emulator.", unsupported)
+    greedy = temperature is not None and temperature < SAMPLING_EPS  # vLLM then sets min_p to 0
+    if cfg.speculative and ((min_p is not None and min_p > SAMPLING_EPS and not greedy) or logit_bias):
+        # vLLM refuses both on a server with speculative decoding (SamplingParams._validate_spec_decode)
+        raise bad_request(
+            "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding.",
+            None,
+        )
     if temperature is not None and temperature < 0:
         raise bad_request(f"temperature must be non-negative, got {temperature}.", "temperature")
     if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:

@@ -19,7 +19,18 @@ from gateway.emulator.config import EmulatorConfig
 from gateway.emulator.engine import Seq
 from gateway.emulator.protocol import GenRequest, parse_request, validation_error
 
-_COPIED = ("model", "stream", "temperature", "top_p", "seed", "text", "structured_outputs", "vllm_xargs")
+_COPIED = (
+    "model",
+    "stream",
+    "temperature",
+    "top_p",
+    "seed",
+    "text",
+    "structured_outputs",
+    "vllm_xargs",
+    "min_p",
+    "logit_bias",
+)
 
 
 def parse_responses_request(d: dict[str, Any], cfg: EmulatorConfig) -> GenRequest:

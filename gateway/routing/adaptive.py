@@ -28,7 +28,8 @@ whichever is selected; the strategy only changes the final choice:
 Reasons (``x-specroute-reason``): ``predicted-gain``, ``no-gain``, ``spec-busy`` (a gain at an idle
 pool, a loss at the current batch), ``spec-queued``, ``baseline-queued``, ``spec-unavailable`` /
 ``baseline-unavailable`` (no endpoint of that pool is up), ``explore``, ``forced``, ``classifier-<label>``,
-``always-<pool>``.
+``always-<pool>``, ``spec-unsupported`` (a request the speculative pool's vLLM refuses: ``min_p`` > 0
+when not greedy, or a ``logit_bias``; under every strategy, and never failed over to that pool).
 
 Load per endpoint is the larger of the gateway's own in-flight count (always fresh) and vLLM's
 running + waiting from the last scrape (sees other clients); the pool's batch is that of its
@@ -66,7 +67,7 @@ from gateway.routing.features import extract
 from gateway.routing.outliers import OutlierDetector, residual
 from gateway.routing.policy import Classifier, Decision, Feedback, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW, SpeedupModel, SpeedupState
-from gateway.speculation import Measured, alpha_from_length
+from gateway.speculation import Measured, alpha_from_length, refused_by_speculation
 from gateway.upstream.pool import Pool
 from gateway.upstream.scrape import Scraper
 
@@ -74,6 +75,7 @@ STALE_SCRAPES = 3  # scraped gauges older than this many intervals are ignored
 MARGIN_FLOOR = 0.2  # the share of the margin that stays however well a request's acceptance is known
 RESIDENCE_RATE = 0.05  # weight of one request in a pool's running mean residence time
 DEFAULT_TOKENS = 256.0  # output tokens expected before any request has finished
+SPEC_REFUSED = "spec-unsupported"  # the reason of a request only the baseline pool can serve
 TIMING_SHARE = 0.25  # baseline is timed on purpose while its timings are under this share of speculation's
 
 
@@ -168,6 +170,9 @@ class AdaptivePolicy:
         label, p, kind = pred.label, pred.p_structured, pred.kind
         if request.forced_pool is not None:
             return self._count(Decision(request.forced_pool, label, "forced", p, kind))
+        if refused_by_speculation(request.body) is not None:
+            # the speculative pool's vLLM would answer it with a 400, whatever the strategy
+            return self._count(Decision("baseline", label, SPEC_REFUSED, p, kind, baseline_only=True))
         scraper = self.scraper
         if scraper is not None and scraper.rounds != self._scrape_round:
             self._after_scrape(scraper)

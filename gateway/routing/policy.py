@@ -67,6 +67,9 @@ class Decision:
     spec_batch: float | None = None  # the batches both pools offered at the decision: the measured
     base_batch: float | None = None  # speedup is evaluated at them, comparable with the predicted one
     alpha_sd: float | None = None  # the prediction's uncertainty (posterior sd of logit alpha)
+    # the speculative pool refuses the request (see gateway.speculation.refused_by_speculation): it is
+    # served by the baseline pool only, never failed over
+    baseline_only: bool = False
     # what the per-request acceptance model saw and said, for learning from the outcome
     features: Features | None = field(default=None, repr=False, compare=False)
     prediction: AlphaPrediction | None = field(default=None, repr=False, compare=False)

@@ -676,7 +676,13 @@ class Upstreams:
         try:
             async with asyncio.timeout(time_left):
                 new = await self.send(
-                    resume.path, body, resume.headers, pool, tried=tried, attempts=len(tried) + left
+                    resume.path,
+                    body,
+                    resume.headers,
+                    pool,
+                    allow_failover=resume.failover,
+                    tried=tried,
+                    attempts=len(tried) + left,
                 )
         except (UpstreamError, TimeoutError) as e:
             log.warning("stream from %s/%s could not be resumed: %s", pool, sent.endpoint.name, e)

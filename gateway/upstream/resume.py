@@ -178,6 +178,7 @@ class Resumption:
     attempts_used: int = 0  # upstream tries so far, the first response's included
     broken: list[Endpoint] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=list)  # where the stream went on
+    failover: bool = True  # whether it may go on in the other pool (not when only its own serves it)
 
     def upstream_payload(self, with_token_ids: bool) -> dict[str, Any]:
         """The request to send first: a completion asks for token ids when ``with_token_ids``."""

@@ -203,6 +203,58 @@ def test_validation_errors_400(spec: Emu) -> None:
         assert r.json()["error"]["message"] == f"{field} is not supported by this emulator."
     for field, value in (("echo", False), ("best_of", 1), ("best_of", None), ("suffix", None)):
         assert spec.post("/v1/completions", {"model": MODEL, "prompt": "x", field: value}).status_code == 200
+    # a forced tool call is not modelled either: refused, where a plain answer would pass for one
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [tool], "max_tokens": 2}
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        r = spec.post("/v1/chat/completions", {**chat, "tool_choice": choice})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+        assert r.json()["error"]["message"] == "tool_choice is not supported by this emulator."
+    for choice in ("auto", "none", None):
+        assert spec.post("/v1/chat/completions", {**chat, "tool_choice": choice}).status_code == 200
+
+
+def test_stream_options_without_stream_is_vllms_400_naming_the_field(spec: Emu) -> None:
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 2, "stream_options": {"include_usage": True}}
+    r = spec.post("/v1/completions", body)
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+        "type": "BadRequestError",
+        "param": "stream_options",
+        "code": 400,
+    }
+    # vLLM's check reads the member as a truth value: an empty object passes
+    assert spec.post("/v1/completions", {**body, "stream_options": {}}).status_code == 200
+
+
+def test_min_p_and_logit_bias_are_refused_with_speculation_only(spec: Emu, base: Emu) -> None:
+    refused = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
+    for path, extra in (
+        ("/v1/completions", {"min_p": 0.05}),
+        ("/v1/chat/completions", {"logit_bias": {"5": -100}}),
+    ):
+        body = {"model": MODEL, "max_tokens": 2, **extra}
+        body |= (
+            {"prompt": "x"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+        )
+        r = spec.post(path, body)
+        assert r.status_code == 400 and r.json()["error"] == {
+            "message": refused,
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+        assert base.post(path, body).status_code == 200
+    for off in (
+        {"min_p": 0},
+        {"logit_bias": {}},
+        {"min_p": None, "logit_bias": None},
+        {"min_p": 0.1, "temperature": 0},
+    ):
+        assert (
+            spec.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2, **off}).status_code
+            == 200
+        )
 
 
 # -- semantics --------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config import load_settings
+from gateway.config import PoolName, load_settings
 from gateway.errors import UpstreamError
 from gateway.upstream.forward import Sent, Upstreams
 from gateway.upstream.resume import Resumption, Transcript, refusal
@@ -291,14 +291,18 @@ PAYLOAD = {
 
 
 async def _relay(
-    upstreams: Upstreams, payload: dict[str, Any], chat: bool = True
+    upstreams: Upstreams,
+    payload: dict[str, Any],
+    chat: bool = True,
+    pool: PoolName = "speculative",
+    failover: bool = True,
 ) -> tuple[list[bytes], list[Any]]:
     path = "/v1/chat/completions" if chat else "/v1/completions"
     body, wants_usage, wants_continuous = request_usage(payload)
     meter = StreamMeter(0.0, keep_usage_chunk=wants_usage, keep_continuous=wants_continuous)
-    resume = Resumption(chat, path, payload, {"content-type": "application/json"})
+    resume = Resumption(chat, path, payload, {"content-type": "application/json"}, failover=failover)
     meter.transcript = resume.transcript
-    sent = await upstreams.send(path, body, {}, "speculative")
+    sent = await upstreams.send(path, body, {}, pool, allow_failover=failover)
     done: list[Any] = []
 
     def on_done(s: Sent, failed: int | None) -> None:
@@ -339,6 +343,21 @@ async def test_a_broken_chat_stream_is_spliced_into_one() -> None:
     assert sent_on["continue_final_message"] is True and sent_on["add_generation_prompt"] is False
     assert sent_on["max_tokens"] == 2
     assert done == [("base-0", None, ["base-0"])]
+
+
+async def test_a_stream_only_its_own_pool_can_serve_is_resumed_in_that_pool_only() -> None:
+    """A request the speculative pool refuses (min_p, logit_bias) broken on the baseline pool is not
+    continued on the speculative one, which would answer the continuation with a 400."""
+    for failover in (True, False):
+        spec, base = ScriptedSSE(REST), ScriptedSSE(FIRST, break_after=3)
+        async with _pools(spec, base) as upstreams:
+            events, done = await _relay(upstreams, PAYLOAD, pool="baseline", failover=failover)
+        if failover:
+            assert len(spec.bodies) == 1 and events[-1] == b"data: [DONE]"
+        else:
+            assert spec.bodies == []
+            assert events[-1].startswith(b"raised ")
+            assert done == [("base-0", 502, [])]
 
 
 async def test_without_attempts_left_the_stream_ends_with_an_error_event() -> None:

@@ -149,6 +149,13 @@ ERROR_CASES = {
     "unknown-model": ("/v1/completions", completion("no-such-model")),
     "max-tokens-too-large": ("/v1/completions", completion(MODEL_NAME, max_tokens=5000)),
     "chat-max-tokens-too-large": ("/v1/chat/completions", chat(MODEL_NAME, max_tokens=5000)),
+    "stream-options-without-stream": (
+        "/v1/completions",
+        {**completion(MODEL_NAME), "stream_options": {"include_usage": True}},
+    ),
+    # refused by a server with speculative decoding (the pairs compared are speculative)
+    "logit-bias": ("/v1/chat/completions", {**chat(MODEL_NAME), "logit_bias": {"5": 1.0}}),
+    "min-p": ("/v1/completions", {**completion(MODEL_NAME), "min_p": 0.1, "temperature": 0.5, "seed": 1}),
 }
 
 
