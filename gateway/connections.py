@@ -38,7 +38,9 @@ holds the head until the body's first bytes (they follow within the same turn of
 the gateway always has them when it starts a response) and writes both together.
 
 A stream's chunks go out through :class:`CycleWriter`, which the request's ``ClientState`` carries: the
-bytes uvicorn writes for a chunked body message, without the message, its wrappers and checks.
+bytes uvicorn writes for a chunked body message, without the message, its wrappers and checks. A whole
+answer goes out through it too (:meth:`CycleWriter.respond`): the head and body uvicorn writes for a
+start message and one body message, checked as uvicorn checks them but all at once, in one write.
 """
 
 from __future__ import annotations
@@ -49,7 +51,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from gateway.api.errors import error_body
 from gateway.types import CLIENT_SCOPE_KEY, ClientState
@@ -262,6 +270,67 @@ class CycleWriter:
     def __init__(self, cycle: RequestResponseCycle):
         self._cycle = cycle
 
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Write a whole response, or do nothing and return False where only ASGI messages may carry it.
+
+        The bytes are those uvicorn's ``send`` writes for a start message with ``headers`` and one body
+        message with ``body`` (the status line, the server's default headers, ``headers``, a
+        ``connection: close`` when the connection is not kept alive, the blank line, the body), in one
+        ``writelines``, and the cycle ends as that ``send`` ends it (complete, the connection closed if
+        not kept alive, the protocol told). Taken only where uvicorn would write them at once and
+        accept them: nothing started, the client connected and reading, not HEAD, a status that has a
+        body, ``headers`` in lower case with a ``content-length`` of ``body``'s length and neither
+        ``transfer-encoding`` nor ``connection``, and no name or value uvicorn would refuse (checked
+        joined, one search each, instead of two per header). Anything else is declined, and the
+        messages then go through uvicorn's ``send`` with its checks and errors as before.
+        """
+        cycle = self._cycle
+        if (
+            cycle.response_started
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or cycle.access_log
+            or cycle.scope["method"] == "HEAD"
+            or status < 200
+            or status in (204, 304)
+            or status not in STATUS_LINE
+            or not headers
+        ):
+            return False
+        names, values = zip(*headers, strict=True)
+        joined = b"".join(names)
+        if (
+            HEADER_RE.search(joined) is not None
+            or not joined.islower()
+            or HEADER_VALUE_RE.search(b"".join(values)) is not None
+            or b"transfer-encoding" in names
+            or b"connection" in names
+            or b"content-length" not in names
+            or values[names.index(b"content-length")] != b"%d" % len(body)
+        ):
+            return False
+        default = cycle.default_headers
+        head = [STATUS_LINE[status]]
+        if default:
+            head.append(b"".join([b"%s: %s\r\n" % (name.lower(), value) for name, value in default]))
+        head.append(b"\r\n".join(map(b": ".join, headers)))
+        head.append(b"\r\n\r\n" if cycle.keep_alive else b"\r\nconnection: close\r\n\r\n")
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        cycle.chunked_encoding = False
+        cycle.expected_content_length = 0
+        transport = cycle.transport
+        if isinstance(transport, HeadWithBody):
+            transport.write_whole(b"".join(head), body)
+        else:
+            transport.writelines((b"".join(head), body))
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            cycle.transport.close()
+        cycle.on_response()
+        return True
+
     def write(self, body: bytes) -> bool:
         cycle = self._cycle
         if (
@@ -306,6 +375,11 @@ class HeadWithBody(asyncio.Transport):
         else:
             self._head = None
             self._transport.writelines((head, data))
+
+    def write_whole(self, head: bytes, body: bytes) -> None:
+        """A whole response at once, nothing held (:meth:`CycleWriter.respond`)."""
+        self._first = False
+        self._transport.writelines((head, body))
 
     def _flush(self) -> None:
         head, self._head = self._head, None

@@ -91,6 +91,11 @@ class ChunkWriter(Protocol):
         message may carry it now (the client is not reading, the response is not chunked or is over)."""
         ...
 
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Write a whole response (its status, ``headers`` with their ``content-length``, ``body``) at once,
+        or do nothing and return False when only ASGI messages may carry it."""
+        ...
+
 
 class ClientState:
     """What the connection knows of a request's client that ASGI only tells by waiting.

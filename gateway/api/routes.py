@@ -435,13 +435,19 @@ class Answer(Response):
         self.status_code = status
         self.media_type = media_type
         self.background = None
-        self.body = content
+        self.body = self._content = content
         self.raw_headers = _head(headers, status, len(content), media_type)
         self._after = after
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        await send({"type": "http.response.body", "body": self.body})
+        """The head and body by the connection's writer where it takes them (one write, no messages),
+        else as the two ASGI messages; then the bookkeeping."""
+        client = scope.get(CLIENT_SCOPE_KEY)
+        writer = client.writer if isinstance(client, ClientState) else None
+        head = self.raw_headers
+        if writer is None or not writer.respond(self.status_code, head, self._content):
+            await send({"type": "http.response.start", "status": self.status_code, "headers": head})
+            await send({"type": "http.response.body", "body": self._content})
         self._after()
 
 

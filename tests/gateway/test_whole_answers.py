@@ -1,0 +1,239 @@
+"""A whole answer written by the connection's own writer.
+
+The writer (:meth:`gateway.connections.CycleWriter.respond`) must put on the wire exactly what uvicorn's
+``send`` puts there for the same two messages, and leave everything else to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+import orjson
+import pytest
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from gateway.connections import CycleWriter, HeadWithBody
+from tests.gateway.test_connections import (
+    HoldingUpstream,
+    _connect,
+    _read_head,
+    _read_until_closed,
+    _Recorder,
+    _response,
+    _wire,
+    serving,
+)
+
+DATE = [(b"date", b"Fri, 27 Nov 2026 10:00:00 GMT")]
+BODY = b'{"id":"cmpl-1","choices":[{"text":"hi"}]}'
+HEAD = [
+    (b"x-specroute-class", b"open_ended"),
+    (b"x-specroute-reason", b"predicted"),
+    (b"x-request-id", b"0123456789abcdef"),
+    (b"x-specroute-pool", b"baseline"),
+    (b"content-length", b"%d" % len(BODY)),
+    (b"content-type", b"application/json"),
+]
+
+
+def _cycle(
+    method: str = "POST", keep_alive: bool = True, default: list[tuple[bytes, bytes]] | None = None
+) -> tuple[RequestResponseCycle, _Recorder, list[int]]:
+    raw = _Recorder()
+    ended: list[int] = []
+    scope: Any = {"method": method, "type": "http"}
+    log = logging.getLogger("test")
+    cycle = RequestResponseCycle(
+        scope,
+        raw,
+        FlowControl(raw),
+        log,
+        log,
+        False,
+        DATE if default is None else default,
+        asyncio.Event(),
+        False,
+        keep_alive,
+        lambda: ended.append(1),
+    )
+    return cycle, raw, ended
+
+
+async def _by_messages(cycle: RequestResponseCycle, status: int, headers: Any, body: bytes) -> None:
+    await cycle.send({"type": "http.response.start", "status": status, "headers": headers})
+    await cycle.send({"type": "http.response.body", "body": body})
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+@pytest.mark.parametrize("status", [200, 400, 404, 429, 500, 503])
+@pytest.mark.parametrize("default", [DATE, [], [*DATE, (b"X-Served-By", b"edge")]])
+async def test_a_whole_answer_is_the_bytes_uvicorn_writes_for_its_two_messages(
+    keep_alive: bool, status: int, default: list[tuple[bytes, bytes]]
+) -> None:
+    by_messages, wire_a, ended_a = _cycle(keep_alive=keep_alive, default=default)
+    direct, wire_b, ended_b = _cycle(keep_alive=keep_alive, default=default)
+    await _by_messages(by_messages, status, list(HEAD), BODY)
+    assert CycleWriter(direct).respond(status, list(HEAD), BODY)
+    assert _wire(wire_a) == _wire(wire_b)
+    for cycle in (by_messages, direct):
+        assert cycle.response_started and cycle.response_complete and cycle.message_event.is_set()
+        assert cycle.chunked_encoding is False and cycle.expected_content_length == 0
+    assert wire_a.closed == wire_b.closed == (not keep_alive)
+    assert ended_a == ended_b == [1]
+
+
+async def test_a_whole_answer_leaves_in_one_write_through_the_held_head_transport() -> None:
+    raw = _Recorder()
+    cycle, _, _ = _cycle()
+    cycle.transport = HeadWithBody(raw, asyncio.get_running_loop())
+    assert CycleWriter(cycle).respond(200, list(HEAD), BODY)
+    await asyncio.sleep(0)  # nothing held for a later turn
+    assert len(raw.calls) == 1 and raw.calls[0][0] == "writelines"
+    assert raw.calls[0][1].endswith(b"\r\n\r\n" + BODY)
+
+
+DECLINED_HEADS = {
+    "a control character in a value": [*HEAD[:-1], (b"content-type", b"application/json\x01")],
+    "a line break in a value": [*HEAD[:-1], (b"content-type", b"application/json\r\nx-evil: 1")],
+    "a name uvicorn refuses": [(b"x bad", b"1"), *HEAD],
+    "a name in capitals": [(b"X-Request-Id", b"1"), *HEAD[-2:]],
+    "chunked": [(b"transfer-encoding", b"chunked"), HEAD[-1]],
+    "a connection header": [(b"connection", b"close"), *HEAD],
+    "no length": [HEAD[-1]],
+    "a length that is not the body's": [(b"content-length", b"3"), HEAD[-1]],
+    "a length that is no number": [(b"content-length", b"x"), HEAD[-1]],
+    "no headers": [],
+}
+
+
+@pytest.mark.parametrize("case", list(DECLINED_HEADS))
+async def test_a_head_uvicorn_would_refuse_or_treat_otherwise_is_declined_and_sent_as_before(
+    case: str,
+) -> None:
+    headers = DECLINED_HEADS[case]
+    direct, wire, ended = _cycle()
+    assert not CycleWriter(direct).respond(200, list(headers), BODY)
+    assert wire.calls == [] and not direct.response_started and ended == []
+    # the messages then meet uvicorn's own checks, exactly as without the writer
+    by_messages, wire_a, _ = _cycle()
+    outcome_a = outcome_b = None
+    try:
+        await _by_messages(by_messages, 200, list(headers), BODY)
+    except (RuntimeError, ValueError) as e:
+        outcome_a = repr(e)
+    try:
+        await _by_messages(direct, 200, list(headers), BODY)
+    except (RuntimeError, ValueError) as e:
+        outcome_b = repr(e)
+    assert outcome_a == outcome_b and _wire(wire_a) == _wire(wire)
+
+
+async def test_the_writer_declines_wherever_uvicorn_would_not_write_at_once() -> None:
+    started, _, _ = _cycle()
+    await started.send({"type": "http.response.start", "status": 200, "headers": list(HEAD)})
+    assert not CycleWriter(started).respond(200, list(HEAD), BODY)  # a response already under way
+    paused, raw, _ = _cycle()
+    paused.flow.pause_writing()  # the client is not reading: the message waits for it to drain
+    assert not CycleWriter(paused).respond(200, list(HEAD), BODY)
+    gone, raw, _ = _cycle()
+    gone.disconnected = True
+    assert not CycleWriter(gone).respond(200, list(HEAD), BODY) and raw.calls == []
+    head, raw, _ = _cycle("HEAD")
+    assert not CycleWriter(head).respond(200, list(HEAD), BODY)
+    for status in (101, 204, 304, 600):
+        cycle, raw, _ = _cycle()
+        assert not CycleWriter(cycle).respond(status, list(HEAD), BODY) and raw.calls == []
+    logged, raw, _ = _cycle()
+    logged.access_log = True  # uvicorn's own access log would see the response
+    assert not CycleWriter(logged).respond(200, list(HEAD), BODY)
+
+
+class AnsweringUpstream(HoldingUpstream):
+    """An upstream that answers every ``POST`` with one whole completion, then closes."""
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            head, blank, rest = _read_head(conn)
+            if not blank:
+                return
+            if not head.startswith(b"POST"):
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                return
+            length = int(_fields(head)["content-length"])
+            while len(rest) < length:  # the whole body, so that closing does not reset the connection
+                rest += conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n%s" % (len(BODY), BODY)
+            )
+
+
+_PAYLOAD = orjson.dumps({"model": "demo-model", "prompt": "Say hello.", "max_tokens": 4})
+
+
+def _completion(extra: bytes = b"", version: bytes = b"1.1") -> bytes:
+    """A completion for the baseline pool (the speculative one would stream it upstream to measure it)."""
+    head = b"POST /v1/completions HTTP/%s\r\nhost: x\r\ncontent-type: application/json\r\n" % version
+    return head + b"x-specroute-pool: baseline\r\n%scontent-length: %d\r\n\r\n%s" % (
+        extra,
+        len(_PAYLOAD),
+        _PAYLOAD,
+    )
+
+
+def _fields(head: bytes) -> dict[str, str]:
+    lines = head.decode("latin-1").split("\r\n")[1:]
+    return {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}
+
+
+def test_a_completion_answered_whole_keeps_its_head_and_the_connection() -> None:
+    upstream = AnsweringUpstream()
+    try:
+        with serving(upstream.url) as port, _connect(port) as sock:
+            for i in range(3):  # one keep-alive connection
+                sock.sendall(_completion(b"x-request-id: req-%d\r\n" % i))
+                head, body = _response(sock)
+                assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == BODY
+                fields = _fields(head)
+                assert fields["x-request-id"] == f"req-{i}" and fields["content-type"] == "application/json"
+                assert fields["content-length"] == str(len(BODY)) and "date" in fields
+                assert {"x-specroute-class", "x-specroute-reason", "x-specroute-pool"} <= fields.keys()
+                assert "connection" not in fields and "transfer-encoding" not in fields
+    finally:
+        upstream.close()
+
+
+def test_pipelined_completions_are_answered_in_order_on_one_connection() -> None:
+    upstream = AnsweringUpstream()
+    try:
+        with serving(upstream.url) as port, _connect(port) as sock:
+            sock.sendall(b"".join(_completion(b"x-request-id: p-%d\r\n" % i) for i in range(3)))
+            for i in range(3):
+                head, body = _response(sock)
+                assert _fields(head)["x-request-id"] == f"p-{i}" and body == BODY
+    finally:
+        upstream.close()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [_completion(version=b"1.0"), _completion(b"connection: close\r\n")],
+    ids=["http-1.0", "close"],
+)
+def test_a_client_that_does_not_keep_the_connection_gets_connection_close_and_the_end(
+    request_bytes: bytes,
+) -> None:
+    upstream = AnsweringUpstream()
+    try:
+        with serving(upstream.url) as port, _connect(port) as sock:
+            sock.sendall(request_bytes)
+            received = _read_until_closed(sock)  # the server closes it after the answer
+            head, _, body = received.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == BODY
+            assert _fields(head)["connection"] == "close"
+    finally:
+        upstream.close()
