@@ -24,6 +24,12 @@ runs) adds both rules:
   answer to its first request, with ``Connection: close``, and is closed. Connections already open
   are not disturbed.
 
+The keep-alive time-out is one timer per idle period rather than one per response: uvicorn arms a
+timer when a response ends and cancels it at the next request's first byte, a timer armed and
+cancelled per request. Here the response's end notes the time and arms a timer only when none is
+armed; a timer that fires on a busy connection ends, one that fires early (the connection was busy
+and went idle again since) waits for the rest, so an idle connection closes when uvicorn's would.
+
 Each request's scope carries a :class:`~gateway.types.ClientState`: the application reads from it
 whether the whole body had arrived before its task started (no timer around reading it), and a
 client that goes away mid-request cancels the request's task from :meth:`connection_lost` (no task
@@ -134,6 +140,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_bound = 0
         self._measure = False  # whether a head completed in the current read could be over the limit
+        self._idle_since: float | None = None  # when the last response ended, while no byte came since
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -143,6 +150,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             client = cycle.scope.get(CLIENT_SCOPE_KEY)
@@ -207,12 +217,43 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         cycle.scope[CLIENT_SCOPE_KEY] = ClientState(CycleWriter(cycle))  # type: ignore[literal-required]
 
     def on_response_complete(self) -> None:
+        """uvicorn's, but for the keep-alive timer (see the module's description)."""
         if self._in_message and not self.pipeline and not self.transport.is_closing():
             # answered before its body arrived (a 401, /health, a refused request): the rest of the body
             # is of no use, and every read of it would cancel the keep-alive timer, so a client sending a
             # byte now and then would hold the connection (and a place under max_connections) forever
             self.transport.close()
-        super().on_response_complete()
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._idle_since = None
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._idle_since = self.loop.time()
+            if self.timeout_keep_alive_task is None:
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    self.timeout_keep_alive, self.timeout_keep_alive_handler
+                )
+
+    def _unset_keepalive_if_required(self) -> None:
+        """A byte arrived (uvicorn cancels the keep-alive timer here): the connection is busy; a timer
+        still armed finds that out when it fires."""
+        self._idle_since = None
+
+    def timeout_keep_alive_handler(self) -> None:
+        """Close the connection if it has been idle for ``timeout_keep_alive`` since its last response."""
+        self.timeout_keep_alive_task = None
+        idle = self._idle_since
+        if idle is None:  # busy: the end of its response arms the timer again
+            return
+        left = idle + self.timeout_keep_alive - self.loop.time()
+        if left > 0.001:  # it was busy meanwhile: the rest of the period from its last response
+            self.timeout_keep_alive_task = self.loop.call_later(left, self.timeout_keep_alive_handler)
+        elif not self.transport.is_closing():
+            self.transport.close()
 
     def on_message_complete(self) -> None:
         self._in_message = False

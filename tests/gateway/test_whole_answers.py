@@ -1,7 +1,8 @@
-"""A whole answer written by the connection's own writer.
+"""A whole answer written by the connection's own writer, and the keep-alive timer kept per idle period.
 
 The writer (:meth:`gateway.connections.CycleWriter.respond`) must put on the wire exactly what uvicorn's
-``send`` puts there for the same two messages, and leave everything else to it.
+``send`` puts there for the same two messages, and leave everything else to it; the keep-alive timer
+must close an idle connection when uvicorn's would, however busy it was before.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from typing import Any
 
 import orjson
@@ -237,3 +239,22 @@ def test_a_client_that_does_not_keep_the_connection_gets_connection_close_and_th
             assert _fields(head)["connection"] == "close"
     finally:
         upstream.close()
+
+
+def test_an_idle_connection_closes_a_keep_alive_period_after_its_last_response_not_its_first() -> None:
+    """The timer armed at the first response fires while the second's period still runs: the connection
+    stays open until that one is over too."""
+    keep_alive_s = 2.0
+    with serving(keep_alive_s=keep_alive_s) as port, _connect(port) as sock:
+        health = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+        sock.sendall(health)
+        assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+        time.sleep(keep_alive_s * 0.6)
+        sock.sendall(health)
+        assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+        time.sleep(keep_alive_s * 0.6)  # past the first response's period, within the second's
+        sock.sendall(health)
+        assert _response(sock)[0].startswith(b"HTTP/1.1 200"), "closed a period after an earlier response"
+        started = time.monotonic()
+        assert _read_until_closed(sock) == b""  # then, idle, it is closed
+        assert time.monotonic() - started >= keep_alive_s * 0.5  # only once idle long enough
