@@ -44,9 +44,10 @@ holds the head until the body's first bytes (they follow within the same turn of
 the gateway always has them when it starts a response) and writes both together.
 
 A stream's chunks go out through :class:`CycleWriter`, which the request's ``ClientState`` carries: the
-bytes uvicorn writes for a chunked body message, without the message, its wrappers and checks. A whole
-answer goes out through it too (:meth:`CycleWriter.respond`): the head and body uvicorn writes for a
-start message and one body message, checked as uvicorn checks them but all at once, in one write.
+bytes uvicorn writes for a chunked body message, without the message, its wrappers and checks; a
+stream's head and end too (:meth:`CycleWriter.start`, :meth:`CycleWriter.end`). A whole answer goes
+out through it as well (:meth:`CycleWriter.respond`): the head and body uvicorn writes for a start
+message and one body message, checked as uvicorn checks them but all at once, in one write.
 """
 
 from __future__ import annotations
@@ -295,21 +296,29 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 class CycleWriter:
     """A :class:`~gateway.types.ChunkWriter` for one request's response on this protocol.
 
-    It writes what uvicorn's ``send`` writes for a body message of a chunked response (the piece in
-    chunked framing, on the same transport), and only where that ``send`` would write at once: the
-    response started, chunked and not over, the client connected and reading. Everywhere else it
-    declines, and the caller's ASGI message goes the usual way (waiting for a slow client to drain,
-    ending the response, a HEAD response's empty body). The response's start and end always go
-    through ``send``, so its state (started, complete, keep-alive) stays uvicorn's own.
+    It writes what uvicorn's ``send`` writes for the messages of a response, without the messages,
+    their wrappers and the checks made per header, and only where that ``send`` would write at once
+    and accept them: a whole response (:meth:`respond`), a chunked response's head (:meth:`start`),
+    a piece of its body (:meth:`write`) and its end (:meth:`end`). The cycle's state (started,
+    complete, keep-alive, the protocol told of the end) changes as that ``send`` changes it.
+    Everywhere else it declines, and the caller's ASGI message goes the usual way (waiting for a slow
+    client to drain, a HEAD response, a head uvicorn would refuse or treat otherwise).
 
     Bound to its request's cycle, not to the connection's current one: a pipelined request gets a cycle
     of its own while this one is still being answered.
     """
 
-    __slots__ = ("_cycle",)
+    __slots__ = ("_cycle", "_event_stream")
 
     def __init__(self, cycle: RequestResponseCycle):
         self._cycle = cycle
+        self._event_stream = False
+
+    def progress(self) -> tuple[bool, bool, bool]:
+        """Whether the response has started, whether it is complete (however they went out), and whether
+        this writer started it as an event stream."""
+        cycle = self._cycle
+        return cycle.response_started, cycle.response_complete, self._event_stream
 
     def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
         """Write a whole response, or do nothing and return False where only ASGI messages may carry it.
@@ -319,57 +328,55 @@ class CycleWriter:
         ``connection: close`` when the connection is not kept alive, the blank line, the body), in one
         ``writelines``, and the cycle ends as that ``send`` ends it (complete, the connection closed if
         not kept alive, the protocol told). Taken only where uvicorn would write them at once and
-        accept them: nothing started, the client connected and reading, not HEAD, a status that has a
-        body, ``headers`` in lower case with a ``content-length`` of ``body``'s length and neither
-        ``transfer-encoding`` nor ``connection``, and no name or value uvicorn would refuse (checked
-        joined, one search each, instead of two per header). Anything else is declined, and the
-        messages then go through uvicorn's ``send`` with its checks and errors as before.
+        accept them (see :meth:`_head`), with a ``content-length`` of ``body``'s length.
         """
         cycle = self._cycle
-        if (
-            cycle.response_started
-            or cycle.disconnected
-            or cycle.flow.write_paused
-            or cycle.access_log
-            or cycle.scope["method"] == "HEAD"
-            or status < 200
-            or status in (204, 304)
-            or status not in STATUS_LINE
-            or not headers
-        ):
+        head = self._head(status, headers, len(body))
+        if head is None:
             return False
-        names, values = zip(*headers, strict=True)
-        joined = b"".join(names)
-        if (
-            HEADER_RE.search(joined) is not None
-            or not joined.islower()
-            or HEADER_VALUE_RE.search(b"".join(values)) is not None
-            or b"transfer-encoding" in names
-            or b"connection" in names
-            or b"content-length" not in names
-            or values[names.index(b"content-length")] != b"%d" % len(body)
-        ):
-            return False
-        default = cycle.default_headers
-        head = [STATUS_LINE[status]]
-        if default:
-            head.append(b"".join([b"%s: %s\r\n" % (name.lower(), value) for name, value in default]))
-        head.append(b"\r\n".join(map(b": ".join, headers)))
-        head.append(b"\r\n\r\n" if cycle.keep_alive else b"\r\nconnection: close\r\n\r\n")
-        cycle.response_started = True
-        cycle.waiting_for_100_continue = False
         cycle.chunked_encoding = False
         cycle.expected_content_length = 0
         transport = cycle.transport
         if isinstance(transport, HeadWithBody):
-            transport.write_whole(b"".join(head), body)
+            transport.write_whole(head, body)
         else:
-            transport.writelines((b"".join(head), body))
-        cycle.response_complete = True
-        cycle.message_event.set()
-        if not cycle.keep_alive:
-            cycle.transport.close()
-        cycle.on_response()
+            transport.writelines((head, body))
+        self._complete()
+        return True
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+        """Start a chunked response, or do nothing and return False where only an ASGI message may.
+
+        The bytes are those uvicorn's ``send`` writes for a start message with ``headers`` and neither a
+        length nor a transfer coding (``transfer-encoding: chunked`` added after them), written as that
+        ``send`` writes them (on this protocol: held until the body's first piece, see
+        :class:`HeadWithBody`).
+        """
+        head = self._head(status, headers, None)
+        if head is None:
+            return False
+        cycle = self._cycle
+        cycle.chunked_encoding = True
+        cycle.expected_content_length = 0
+        cycle.transport.write(head)
+        for name, value in headers:
+            if name == b"content-type":
+                self._event_stream = value.startswith(b"text/event-stream")
+        return True
+
+    def end(self) -> bool:
+        """End a chunked response (the last, empty piece), or return False where only a message may."""
+        cycle = self._cycle
+        if (
+            cycle.chunked_encoding is not True
+            or cycle.response_complete
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or cycle.scope["method"] == "HEAD"
+        ):
+            return False
+        cycle.transport.write(b"0\r\n\r\n")
+        self._complete()
         return True
 
     def write(self, body: bytes) -> bool:
@@ -385,6 +392,68 @@ class CycleWriter:
         if body:
             cycle.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
         return True
+
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None) -> bytes | None:
+        """The head uvicorn writes for a start message with ``headers``, the response marked started; or
+        None, nothing changed, where it would not write it at once or would treat it otherwise.
+
+        Taken only where nothing has started, the client is connected and reading, the request is not
+        HEAD, the status has a body, ``headers`` are in lower case with neither ``transfer-encoding`` nor
+        ``connection``, a ``content-length`` of ``length`` (with ``length``) or none (without: the head
+        then ends with uvicorn's ``transfer-encoding: chunked``), and no name or value uvicorn would
+        refuse (checked joined, one search each, instead of two per header).
+        """
+        cycle = self._cycle
+        if (
+            cycle.response_started
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or cycle.access_log
+            or cycle.scope["method"] == "HEAD"
+            or status < 200
+            or status in (204, 304)
+            or status not in STATUS_LINE
+            or not headers
+        ):
+            return None
+        names, values = zip(*headers, strict=True)
+        joined = b"".join(names)
+        if (
+            HEADER_RE.search(joined) is not None
+            or not joined.islower()
+            or HEADER_VALUE_RE.search(b"".join(values)) is not None
+            or b"transfer-encoding" in names
+            or b"connection" in names
+        ):
+            return None
+        if length is None:
+            if b"content-length" in names:
+                return None
+            end = b"\r\ntransfer-encoding: chunked\r\n\r\n"
+        elif b"content-length" not in names or values[names.index(b"content-length")] != b"%d" % length:
+            return None
+        else:
+            end = b"\r\n\r\n"
+        default = cycle.default_headers
+        head = [STATUS_LINE[status]]
+        if default:
+            head.append(b"".join([b"%s: %s\r\n" % (name.lower(), value) for name, value in default]))
+        head.append(b"\r\n".join(map(b": ".join, headers)))
+        if not cycle.keep_alive:
+            head.append(b"\r\nconnection: close")
+        head.append(end)
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        return b"".join(head)
+
+    def _complete(self) -> None:
+        """The end of the response, as uvicorn's ``send`` ends it."""
+        cycle = self._cycle
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            cycle.transport.close()
+        cycle.on_response()
 
 
 class HeadWithBody(asyncio.Transport):

@@ -96,6 +96,19 @@ class ChunkWriter(Protocol):
         or do nothing and return False when only ASGI messages may carry it."""
         ...
 
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+        """Start a chunked response (no ``content-length`` in ``headers``), or return False as above."""
+        ...
+
+    def end(self) -> bool:
+        """End the chunked response this writer started or carried, or return False as above."""
+        ...
+
+    def progress(self) -> tuple[bool, bool, bool]:
+        """Whether the response has started, whether it is complete (however they went out), and whether
+        this writer started it as an event stream."""
+        ...
+
 
 class ClientState:
     """What the connection knows of a request's client that ASGI only tells by waiting.

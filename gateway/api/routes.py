@@ -399,8 +399,12 @@ class Relay(StreamingResponse):
             await _unless_disconnected(Request(scope, receive), self.stream_response(send, writer))
 
     async def stream_response(self, send: Send, writer: ChunkWriter | None = None) -> None:
-        """The stream; each chunk by ``writer`` where it takes it, else as an ASGI message."""
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        """The stream; its head, each chunk and its end by ``writer`` where it takes them, else as ASGI
+        messages."""
+        if writer is None or not writer.start(self.status_code, self.raw_headers):
+            await send(
+                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            )
         try:
             async for chunk in self.body_iterator:
                 if writer is None or not writer.write(chunk):
@@ -411,7 +415,8 @@ class Relay(StreamingResponse):
             error = from_upstream(e)
             event = self.ending(error.status, error.message)
             await send({"type": "http.response.body", "body": event, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if writer is None or not writer.end():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class Answer(Response):

@@ -1,7 +1,8 @@
-"""A whole answer written by the connection's own writer, and the keep-alive timer kept per idle period.
+"""A whole answer and a stream's head and end written by the connection's own writer, and the keep-alive
+timer kept per idle period.
 
-The writer (:meth:`gateway.connections.CycleWriter.respond`) must put on the wire exactly what uvicorn's
-``send`` puts there for the same two messages, and leave everything else to it; the keep-alive timer
+The writer (:class:`gateway.connections.CycleWriter`) must put on the wire exactly what uvicorn's
+``send`` puts there for the same messages, and leave everything else to it; the keep-alive timer
 must close an idle connection when uvicorn's would, however busy it was before.
 """
 
@@ -258,3 +259,88 @@ def test_an_idle_connection_closes_a_keep_alive_period_after_its_last_response_n
         started = time.monotonic()
         assert _read_until_closed(sock) == b""  # then, idle, it is closed
         assert time.monotonic() - started >= keep_alive_s * 0.5  # only once idle long enough
+
+
+STREAM = [
+    (b"x-specroute-class", b"open_ended"),
+    (b"x-request-id", b"0123456789abcdef"),
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+]
+PIECES = [b"data: 1\n\n", b"", b"data: two\n\ndata: 3\n\n"]
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+@pytest.mark.parametrize("held", [True, False])
+async def test_a_stream_started_and_ended_by_the_writer_is_the_bytes_uvicorn_writes_for_its_messages(
+    keep_alive: bool, held: bool
+) -> None:
+    by_messages, wire_a, ended_a = _cycle(keep_alive=keep_alive)
+    direct, wire_b, ended_b = _cycle(keep_alive=keep_alive)
+    if held:  # as on the gateway's protocol: the head waits for the first piece
+        for cycle, wire in ((by_messages, wire_a), (direct, wire_b)):
+            cycle.transport = HeadWithBody(wire, asyncio.get_running_loop())
+    writer = CycleWriter(direct)
+    await by_messages.send({"type": "http.response.start", "status": 200, "headers": list(STREAM)})
+    assert writer.start(200, list(STREAM))
+    assert writer.progress() == (True, False, True)
+    for piece in PIECES:
+        await by_messages.send({"type": "http.response.body", "body": piece, "more_body": True})
+        assert writer.write(piece)
+    await by_messages.send({"type": "http.response.body", "body": b"", "more_body": False})
+    assert writer.end()
+    assert _wire(wire_a) == _wire(wire_b)  # the same bytes (uvicorn also writes the empty piece's nothing)
+    assert _wire(wire_b).endswith(b"0\r\n\r\n") and b"transfer-encoding: chunked\r\n" in _wire(wire_b)
+    for cycle in (by_messages, direct):
+        assert cycle.response_complete and cycle.chunked_encoding is True and cycle.message_event.is_set()
+    assert wire_a.closed == wire_b.closed == (not keep_alive) and ended_a == ended_b == [1]
+    assert writer.progress() == (True, True, True) and not writer.end()  # over: nothing more
+
+
+async def test_a_stream_head_uvicorn_would_treat_otherwise_is_declined() -> None:
+    for headers in (
+        [*STREAM, (b"content-length", b"5")],
+        [(b"connection", b"close"), *STREAM],
+        [(b"X-A", b"1")],
+    ):
+        cycle, raw, _ = _cycle()
+        assert not CycleWriter(cycle).start(200, list(headers))
+        assert raw.calls == [] and not cycle.response_started and cycle.chunked_encoding is None
+    head, raw, _ = _cycle("HEAD")
+    assert not CycleWriter(head).start(200, list(STREAM)) and raw.calls == []
+    started, _, _ = _cycle()
+    await started.send({"type": "http.response.start", "status": 200, "headers": list(STREAM)})
+    assert not CycleWriter(started).start(200, list(STREAM))
+    # a start that went as a message is the writer's to carry on and end, but not as its event stream
+    writer = CycleWriter(started)
+    assert writer.write(b"x") and writer.progress() == (True, False, False)
+    started.flow.pause_writing()  # the client is not reading: the end waits for it as a message
+    assert not writer.end()
+    started.flow.resume_writing()
+    assert writer.end()
+    whole, _, _ = _cycle()
+    await _by_messages(whole, 200, list(HEAD), BODY)
+    assert not CycleWriter(whole).end()  # not chunked, and over
+
+
+async def test_what_the_writer_sent_counts_as_sent_when_a_request_is_cut_at_shutdown() -> None:
+    from gateway.app import _Progress
+    from gateway.types import ClientState
+
+    cycle, _, _ = _cycle()
+    writer = CycleWriter(cycle)
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    progress = _Progress(send)
+    progress.written_by(ClientState(writer))
+    assert (progress.started, progress.complete, progress.event_stream) == (False, False, False)
+    assert writer.start(200, list(STREAM))
+    progress.written_by(ClientState(writer))
+    assert (progress.started, progress.complete, progress.event_stream) == (True, False, True)
+    progress.written_by(ClientState())  # another server's scope: nothing to add
+    progress.written_by(None)
+    assert writer.end()
+    progress.written_by(ClientState(writer))
+    assert progress.complete and sent == []
