@@ -344,3 +344,36 @@ async def test_what_the_writer_sent_counts_as_sent_when_a_request_is_cut_at_shut
     assert writer.end()
     progress.written_by(ClientState(writer))
     assert progress.complete and sent == []
+
+
+async def test_a_head_still_held_goes_out_before_the_next_responses_on_the_connection() -> None:
+    raw = _Recorder()
+    out = HeadWithBody(raw, asyncio.get_running_loop())
+    out.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")  # a HEAD request's: no body write follows
+    out.next_response()
+    out.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    out.write(b"body")
+    await asyncio.sleep(0)
+    assert raw.calls == [
+        ("write", b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"),
+        ("writelines", b"HTTP/1.1 200 OK\r\n\r\nbody"),
+    ]
+
+
+def test_a_head_request_then_others_on_one_connection_each_get_their_whole_answer() -> None:
+    with serving() as port, _connect(port) as sock:
+        sock.sendall(b"HEAD /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        head, _, rest = _read_head(sock)
+        assert head.startswith(b"HTTP/1.1 200") and rest == b""
+        # pipelined: a HEAD between two GETs
+        get = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+        sock.sendall(get + b"HEAD /health HTTP/1.1\r\nhost: x\r\n\r\n" + get)
+        data = b""
+        while data.count(b"HTTP/1.1 200") < 3 or not data.endswith(b'{"status":"ok"}'):
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+        assert data.count(b'{"status":"ok"}') == 2
+        first, second, third = (b"HTTP/1.1 200" + part for part in data.split(b"HTTP/1.1 200")[1:])
+        assert first.endswith(b'\r\n\r\n{"status":"ok"}') and second.endswith(b"\r\n\r\n")
+        assert third.endswith(b'\r\n\r\n{"status":"ok"}')
