@@ -62,8 +62,6 @@ import httptools
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import (
-    HEADER_RE,
-    HEADER_VALUE_RE,
     STATUS_LINE,
     HttpToolsProtocol,
     RequestResponseCycle,
@@ -79,6 +77,12 @@ class ConnectionLimits:
     max_connections: int = 2048
     max_header_bytes: int = 65536
 
+
+#: the bytes uvicorn refuses in a response header's name (``HEADER_RE``) and value (``HEADER_VALUE_RE``),
+#: for ``bytes.translate``: one pass in C, where a search with the regex tests a character class per byte
+#: (some 5,000 instructions over a response's names or values)
+_REFUSED_IN_NAMES = bytes([*range(0x20), 0x7F]) + b'()<>@,;:[]={} \t\\"'
+_REFUSED_IN_VALUES = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
 
 _REFUSED = error_body(503, "the gateway has too many open connections; try again shortly")
 _HEAD_TIMEOUT = error_body(408, "the request headers did not arrive in time")
@@ -447,7 +451,7 @@ class CycleWriter:
         HEAD, the status has a body, ``headers`` are in lower case with neither ``transfer-encoding`` nor
         ``connection``, a ``content-length`` of ``length`` (with ``length``) or none (without: the head
         then ends with uvicorn's ``transfer-encoding: chunked``), and no name or value uvicorn would
-        refuse (checked joined, one search each, instead of two per header).
+        refuse (checked joined, one pass each, instead of two searches per header).
         """
         cycle = self._cycle
         if (
@@ -464,10 +468,11 @@ class CycleWriter:
             return None
         names, values = zip(*headers, strict=True)
         joined = b"".join(names)
+        value_bytes = b"".join(values)
         if (
-            HEADER_RE.search(joined) is not None
+            len(joined.translate(None, _REFUSED_IN_NAMES)) != len(joined)
             or not joined.islower()
-            or HEADER_VALUE_RE.search(b"".join(values)) is not None
+            or len(value_bytes.translate(None, _REFUSED_IN_VALUES)) != len(value_bytes)
             or b"transfer-encoding" in names
             or b"connection" in names
         ):

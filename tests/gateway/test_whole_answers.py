@@ -377,3 +377,14 @@ def test_a_head_request_then_others_on_one_connection_each_get_their_whole_answe
         first, second, third = (b"HTTP/1.1 200" + part for part in data.split(b"HTTP/1.1 200")[1:])
         assert first.endswith(b'\r\n\r\n{"status":"ok"}') and second.endswith(b"\r\n\r\n")
         assert third.endswith(b'\r\n\r\n{"status":"ok"}')
+
+
+def test_the_bytes_refused_in_names_and_values_are_those_uvicorns_patterns_refuse() -> None:
+    from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE
+
+    from gateway.connections import _REFUSED_IN_NAMES, _REFUSED_IN_VALUES
+
+    for byte in range(256):
+        one = bytes([byte])
+        assert (HEADER_RE.search(one) is not None) == (byte in _REFUSED_IN_NAMES), byte
+        assert (HEADER_VALUE_RE.search(one) is not None) == (byte in _REFUSED_IN_VALUES), byte
