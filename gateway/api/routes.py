@@ -115,7 +115,7 @@ async def _handle(request: Request, api: Api) -> Response:
     try:
         raw, payload = await _validate(request, ex)
         ex.payload = payload
-        forced = forced_pool(request, gw.settings.routing.allow_pool_override)
+        forced = forced_pool(request, gw.allow_pool_override)
         decision = ex.decision = gw.policy.decide(RouteRequest(payload, api, forced))
         gw.observer.decided(decision, gw.policy.strategy)
         out = _upstream_request(request, ex, raw, payload)
@@ -123,7 +123,7 @@ async def _handle(request: Request, api: Api) -> Response:
             # vLLM sends a non-streamed response's headers only when it is complete: its first byte
             # may take as long as the whole request may (timeouts.total_s).
             fetched = gw.upstreams.fetch(
-                PATHS[api], out.body, out.headers, decision.pool, first_byte_s=gw.settings.timeouts.total_s
+                PATHS[api], out.body, out.headers, decision.pool, first_byte_s=gw.total_s
             )
             sent, content = await _unless_disconnected(request, fetched)
             gw.observer.forwarded(decision, sent.pool)
@@ -131,7 +131,7 @@ async def _handle(request: Request, api: Api) -> Response:
         tried: list[Endpoint] = []
         # a non-streamed request streamed upstream to be measured waits for its first byte as long as
         # when its bytes pass as they came (above): how it is measured never decides whether it times out
-        first_byte_s = gw.settings.timeouts.total_s if out.meter.collect is not None else None
+        first_byte_s = gw.total_s if out.meter.collect is not None else None
         # timeouts.total_s bounds the tries, the first byte's wait and the stream together
         ex.deadline = gw.upstreams.deadline()
         sent = await _unless_disconnected(request, _send(ex, out, first_byte_s, tried))
@@ -192,9 +192,9 @@ def _failed(ex: Exchange, e: APIError) -> Response:
 
 async def _validate(request: Request, ex: Exchange) -> tuple[bytes, dict[str, Any]]:
     """The caller's key, then the body: read within its limits, JSON, every field of the right type."""
-    settings = ex.gw.settings
-    check_key(request, settings.auth.api_keys)
-    body = await read_body(request, settings.limits.max_body_bytes, settings.server.body_timeout_s)
+    gw = ex.gw
+    check_key(request, gw.api_keys)
+    body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
     return body, parse_body(body, ex.api, ex.gw.models)
 
 
