@@ -247,6 +247,10 @@ def fast_path(app: FastAPI) -> ASGIApp:
             progress.written_by(scope.get(CLIENT_SCOPE_KEY))
             if not progress.complete:  # else only the bookkeeping after the response was left
                 await _cut_at_shutdown(progress, send)
+        finally:
+            # the client's state holds the response's cycle, which holds this scope: let go of it, so
+            # that the request's objects are freed when it ends rather than by the garbage collector
+            scope.pop(CLIENT_SCOPE_KEY, None)
 
     return with_cors(asgi, app.state.cors)
 

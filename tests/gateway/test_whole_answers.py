@@ -9,9 +9,11 @@ must close an idle connection when uvicorn's would, however busy it was before.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 import time
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -388,3 +390,31 @@ def test_the_bytes_refused_in_names_and_values_are_those_uvicorns_patterns_refus
         one = bytes([byte])
         assert (HEADER_RE.search(one) is not None) == (byte in _REFUSED_IN_NAMES), byte
         assert (HEADER_VALUE_RE.search(one) is not None) == (byte in _REFUSED_IN_VALUES), byte
+
+
+def test_a_request_leaves_no_reference_cycle_for_the_garbage_collector() -> None:
+    """The client's state in the scope holds the response's cycle, which holds the scope: the cycle is
+    broken when the request ends, so its objects are freed at once, not by a collection later."""
+    upstream = AnsweringUpstream()
+    try:
+        with serving(upstream.url) as port, _connect(port) as sock:
+            for _ in range(5):  # warm: first-time caches
+                sock.sendall(_completion())
+                _response(sock)
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds is kept in gc.garbage
+            gc.disable()
+            try:
+                for _ in range(20):
+                    sock.sendall(_completion())
+                    assert _response(sock)[1] == BODY
+                gc.collect()
+                left = Counter(type(o).__name__ for o in gc.garbage)
+            finally:
+                gc.garbage.clear()
+                gc.set_debug(0)
+                gc.enable()
+            # (this upstream closes every connection: the upstream client's closed connections are some)
+            assert not {"RequestResponseCycle", "ClientState", "CycleWriter"} & left.keys(), left
+    finally:
+        upstream.close()
