@@ -20,7 +20,9 @@ The floors are the forwarding-only proxies of :mod:`tests.upstream.floor_proxies
 
 An upstream stub (``../shared/tools/peer_bench/upstream_stub.py``, the harness's Python) answers on
 ``--port``, the proxy listens on the next port. ``--keep DIR`` keeps callgrind's files there for
-``callgrind_annotate --inclusive=yes``. Not a test: a benchmark that prints figures. Run from the
+``callgrind_annotate --inclusive=yes``; ``--parts`` runs the gateway through
+:mod:`tests.api.server_parts` and prints what each part of the path costs a request (the detours add a
+few thousand instructions to the total). Not a test: a benchmark that prints figures. Run from the
 repository root; about a minute per thousand requests.
 """
 
@@ -30,6 +32,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -88,7 +91,7 @@ def _wait_listening(port: int, timeout_s: float) -> None:
     raise SystemExit(f"nothing listens on port {port} after {timeout_s:.0f} s")
 
 
-def _command(peer: str, port: int, upstream: str, tmp: Path) -> list[str]:
+def _command(peer: str, port: int, upstream: str, tmp: Path, parts: bool = False) -> list[str]:
     if peer.startswith("floor-"):
         return [
             sys.executable,
@@ -112,7 +115,8 @@ def _command(peer: str, port: int, upstream: str, tmp: Path) -> list[str]:
     }
     config = tmp / "specroute.yaml"
     config.write_text(json.dumps(settings))  # JSON is YAML
-    return [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+    server = "tests.api.server_parts" if parts else "gateway"
+    return [sys.executable, "-m", server, "serve", "--config", str(config)]
 
 
 def _totals(path: Path) -> int:
@@ -126,6 +130,24 @@ def _totals(path: Path) -> int:
     raise SystemExit(f"no totals in {path}")
 
 
+def _parts(dump: Path, requests: int) -> list[str]:
+    """Each part's inclusive count a request (see :mod:`tests.api.server_parts`), from the dump."""
+    from tests.api.server_parts import PARTS
+
+    out = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    lines = []
+    for name, what in PARTS:
+        found = re.search(rf"^\s*([\d,]+) .*:{name} ", out, re.MULTILINE)
+        count = int(found[1].replace(",", "")) / requests if found else float("nan")
+        lines.append(f"{count / 1000:9.1f} k  {what}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -136,6 +158,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=300, help="requests before counting starts")
     parser.add_argument("--port", type=int, default=18700, help="the stub's; the proxy's is the next one up")
     parser.add_argument("--keep", type=Path, help="a directory to keep callgrind's files in")
+    parser.add_argument(
+        "--parts", action="store_true", help="the gateway's parts too (tests.api.server_parts: a few k more)"
+    )
     args = parser.parse_args()
     if not HARNESS.exists():
         raise SystemExit(f"no harness at {HARNESS}: run {BENCH / 'setup_harness.sh'} first")
@@ -158,9 +183,10 @@ def main() -> None:
         procs.append(subprocess.Popen(stub_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         with tempfile.TemporaryDirectory() as tmp:
             counts = Path(tmp) / "callgrind.out"
+            proxy_cmd = _command(args.peer, proxy_port, upstream, Path(tmp), args.parts)
             cmd = [
                 "valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
-                f"--callgrind-out-file={counts}", *_command(args.peer, proxy_port, upstream, Path(tmp)),
+                f"--callgrind-out-file={counts}", *proxy_cmd,
             ]  # fmt: skip
             env = {**os.environ, "PYTHONHASHSEED": "0"}
             proxy = subprocess.Popen(
@@ -189,6 +215,8 @@ def main() -> None:
                 f"{args.peer}, {args.requests} {kind} requests: {loop / args.requests:,.0f} instructions"
                 f" of the event loop's thread a request ({others / args.requests:,.0f} in other threads)"
             )
+            if args.parts and args.peer == "specroute":
+                print("\n".join(_parts(Path(f"{counts}.1-01"), args.requests)))
             if args.keep is not None:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 for p in Path(tmp).glob("callgrind.out*"):
