@@ -79,11 +79,14 @@ request's :class:`ClientState`; under another server the key is absent."""
 
 
 class ChunkWriter(Protocol):
-    """Writes a piece of a streamed response's body straight to the client's connection.
+    """Writes a response straight to the client's connection: a piece of a streamed body, a stream's head
+    and end, or a whole answer.
 
-    An ASGI body message goes through every ``send`` wrapper and the server's checks before its bytes
-    reach the socket: a message dictionary and four calls per piece, paid for each chunk of every
-    stream the gateway relays. The gateway's HTTP protocol hands the relay this instead.
+    An ASGI message goes through every ``send`` wrapper and the server's checks before its bytes reach
+    the socket: a message dictionary and four calls per piece, paid for each chunk of every stream the
+    gateway relays, and for a head two regular-expression searches per header. The gateway's HTTP
+    protocol hands the responses this instead; each method declines (returns False) where only a
+    message may go, and the message then goes as before.
     """
 
     def write(self, body: bytes) -> bool:
