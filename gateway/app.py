@@ -35,6 +35,7 @@ from gateway.routing.learned import LearnedState, check_path, deployment
 from gateway.routing.measurement import MeasurementGate
 from gateway.routing.policy import Policy
 from gateway.tls import upstream_context
+from gateway.types import CLIENT_SCOPE_KEY, ClientState
 from gateway.upstream import discovery, health
 from gateway.upstream.credentials import UpstreamKeys
 from gateway.upstream.forward import Upstreams
@@ -258,15 +259,24 @@ def fast_path(app: FastAPI) -> ASGIApp:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
+            progress.written_by(scope.get(CLIENT_SCOPE_KEY))
             if not progress.complete:  # else only the bookkeeping after the response was left
                 await _cut_at_shutdown(progress, send)
+        finally:
+            # the client's state holds the response's cycle, which holds this scope: let go of it, so
+            # that the request's objects are freed when it ends rather than by the garbage collector
+            scope.pop(CLIENT_SCOPE_KEY, None)
 
     return with_cors(asgi, app.state.cors)
 
 
 @dataclass(slots=True)
 class _Progress:
-    """How far a response has gone out: whether it started, as an event stream, and finished."""
+    """How far a response has gone out: whether it started, as an event stream, and finished.
+
+    Read from the messages sent; what the connection's writer sent past them is added when it is asked
+    (:meth:`written_by`).
+    """
 
     downstream: Send
     started: bool = False
@@ -282,6 +292,15 @@ class _Progress:
         elif message["type"] == "http.response.body" and not message.get("more_body", False):
             self.complete = True
         await self.downstream(message)
+
+    def written_by(self, client: object) -> None:
+        """Add what went out by the connection's own writer (see ``gateway.connections.CycleWriter``),
+        past these messages: a whole answer, a stream's head or end."""
+        if isinstance(client, ClientState) and client.writer is not None:
+            started, complete, event_stream = client.writer.progress()
+            self.started = self.started or started
+            self.complete = self.complete or complete
+            self.event_stream = self.event_stream or event_stream
 
 
 SHUTDOWN_MESSAGE = "the gateway is shutting down; send the request again"

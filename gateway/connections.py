@@ -24,6 +24,12 @@ runs) adds both rules:
   answer to its first request, with ``Connection: close``, and is closed. Connections already open
   are not disturbed.
 
+The keep-alive time-out is one timer per idle period rather than one per response: uvicorn arms a
+timer when a response ends and cancels it at the next request's first byte, a timer armed and
+cancelled per request. Here the response's end notes the time and arms a timer only when none is
+armed; a timer that fires on a busy connection ends, one that fires early (the connection was busy
+and went idle again since) waits for the rest, so an idle connection closes when uvicorn's would.
+
 Each request's scope carries a :class:`~gateway.types.ClientState`: the application reads from it
 whether the whole body had arrived before its task started (no timer around reading it), and a
 client that goes away mid-request cancels the request's task from :meth:`connection_lost` (no task
@@ -38,18 +44,28 @@ holds the head until the body's first bytes (they follow within the same turn of
 the gateway always has them when it starts a response) and writes both together.
 
 A stream's chunks go out through :class:`CycleWriter`, which the request's ``ClientState`` carries: the
-bytes uvicorn writes for a chunked body message, without the message, its wrappers and checks.
+bytes uvicorn writes for a chunked body message, without the message, its wrappers and checks; a
+stream's head and end too (:meth:`CycleWriter.start`, :meth:`CycleWriter.end`). A whole answer goes
+out through it as well (:meth:`CycleWriter.respond`): the head and body uvicorn writes for a start
+message and one body message, checked as uvicorn checks them but all at once, in one write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import httptools
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from gateway.api.errors import error_body
 from gateway.types import CLIENT_SCOPE_KEY, ClientState
@@ -61,6 +77,12 @@ class ConnectionLimits:
     max_connections: int = 2048
     max_header_bytes: int = 65536
 
+
+#: the bytes uvicorn refuses in a response header's name (``HEADER_RE``) and value (``HEADER_VALUE_RE``),
+#: for ``bytes.translate``: one pass in C, where a search with the regex tests a character class per byte
+#: (some 5,000 instructions over a response's names or values)
+_REFUSED_IN_NAMES = bytes([*range(0x20), 0x7F]) + b'()<>@,;:[]={} \t\\"'
+_REFUSED_IN_VALUES = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
 
 _REFUSED = error_body(503, "the gateway has too many open connections; try again shortly")
 _HEAD_TIMEOUT = error_body(408, "the request headers did not arrive in time")
@@ -126,15 +148,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_bound = 0
         self._measure = False  # whether a head completed in the current read could be over the limit
+        self._idle_since: float | None = None  # when the last response ended, while no byte came since
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._held = HeadWithBody(transport, self.loop)  # every response's writes, one after another
         if len(self.connections) > self.limits.max_connections:
             self.app = refuse
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             client = cycle.scope.get(CLIENT_SCOPE_KEY)
@@ -182,29 +209,102 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._begun += 1
 
     def on_headers_complete(self) -> None:
+        """uvicorn's, with the cycle built from positional arguments (keywords cost it some 5,000
+        instructions a request), writing through the connection's :class:`HeadWithBody`, and carrying
+        the request's :class:`~gateway.types.ClientState` in its scope."""
         self._in_head = False
         self._head_bound = 0
         self._cancel_head_timer()
+        app = self.app
         if self._measure and self._head_size() > self.limits.max_header_bytes:
             # answered by its own cycle, so that a response still going out on this connection
             # (a pipelined request's) is not cut by it
-            app, self.app = self.app, head_too_large
-            super().on_headers_complete()
-            self.app = app
-        else:
-            super().on_headers_complete()
-        cycle = self.cycle
-        cycle.transport = HeadWithBody(self.transport, self.loop)
-        # the request's task has been created but not run yet: it finds the signal in its scope
-        cycle.scope[CLIENT_SCOPE_KEY] = ClientState(CycleWriter(cycle))  # type: ignore[literal-required]
+            app = head_too_large
+        parser = self.parser
+        http_version = parser.get_http_version()
+        scope = self.scope
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        if parser.should_upgrade() and self._should_upgrade():
+            return
+        parsed_url = httptools.parse_url(self.url)
+        raw_path = parsed_url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope["path"] = self.root_path + path
+        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        scope["query_string"] = parsed_url.query or b""
+        if self.limit_concurrency is not None and (
+            len(self.connections) >= self.limit_concurrency or len(self.tasks) >= self.limit_concurrency
+        ):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        existing = self.cycle
+        cycle = self.cycle = RequestResponseCycle(
+            scope,
+            self._held,
+            self.flow,
+            self.logger,
+            self.access_logger,
+            self.access_log,
+            self.server_state.default_headers,
+            asyncio.Event(),
+            self.expect_100_continue,
+            http_version != "1.0" and parser.should_keep_alive(),
+            self.on_response_complete,
+        )
+        # the request's task finds the signal in its scope
+        scope[CLIENT_SCOPE_KEY] = ClientState(CycleWriter(cycle))  # type: ignore[literal-required]
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, app)
+        else:  # a pipelined request waits for the responses before it
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        self._held.next_response()  # the response before it is over
+        super()._start_asgi_task(cycle, app)
 
     def on_response_complete(self) -> None:
+        """uvicorn's, but for the keep-alive timer (see the module's description)."""
         if self._in_message and not self.pipeline and not self.transport.is_closing():
             # answered before its body arrived (a 401, /health, a refused request): the rest of the body
             # is of no use, and every read of it would cancel the keep-alive timer, so a client sending a
             # byte now and then would hold the connection (and a place under max_connections) forever
             self.transport.close()
-        super().on_response_complete()
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._idle_since = None
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._idle_since = self.loop.time()
+            if self.timeout_keep_alive_task is None:
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    self.timeout_keep_alive, self.timeout_keep_alive_handler
+                )
+
+    def _unset_keepalive_if_required(self) -> None:
+        """A byte arrived (uvicorn cancels the keep-alive timer here): the connection is busy; a timer
+        still armed finds that out when it fires."""
+        self._idle_since = None
+
+    def timeout_keep_alive_handler(self) -> None:
+        """Close the connection if it has been idle for ``timeout_keep_alive`` since its last response."""
+        self.timeout_keep_alive_task = None
+        idle = self._idle_since
+        if idle is None:  # busy: the end of its response arms the timer again
+            return
+        left = idle + self.timeout_keep_alive - self.loop.time()
+        if left > 0.001:  # it was busy meanwhile: the rest of the period from its last response
+            self.timeout_keep_alive_task = self.loop.call_later(left, self.timeout_keep_alive_handler)
+        elif not self.transport.is_closing():
+            self.transport.close()
 
     def on_message_complete(self) -> None:
         self._in_message = False
@@ -246,21 +346,88 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 class CycleWriter:
     """A :class:`~gateway.types.ChunkWriter` for one request's response on this protocol.
 
-    It writes what uvicorn's ``send`` writes for a body message of a chunked response (the piece in
-    chunked framing, on the same transport), and only where that ``send`` would write at once: the
-    response started, chunked and not over, the client connected and reading. Everywhere else it
-    declines, and the caller's ASGI message goes the usual way (waiting for a slow client to drain,
-    ending the response, a HEAD response's empty body). The response's start and end always go
-    through ``send``, so its state (started, complete, keep-alive) stays uvicorn's own.
+    It writes what uvicorn's ``send`` writes for the messages of a response, without the messages,
+    their wrappers and the checks made per header, and only where that ``send`` would write at once
+    and accept them: a whole response (:meth:`respond`), a chunked response's head (:meth:`start`),
+    a piece of its body (:meth:`write`) and its end (:meth:`end`). The cycle's state (started,
+    complete, keep-alive, the protocol told of the end) changes as that ``send`` changes it.
+    Everywhere else it declines, and the caller's ASGI message goes the usual way (waiting for a slow
+    client to drain, a HEAD response, a head uvicorn would refuse or treat otherwise).
 
     Bound to its request's cycle, not to the connection's current one: a pipelined request gets a cycle
     of its own while this one is still being answered.
     """
 
-    __slots__ = ("_cycle",)
+    __slots__ = ("_cycle", "_event_stream")
 
     def __init__(self, cycle: RequestResponseCycle):
         self._cycle = cycle
+        self._event_stream = False
+
+    def progress(self) -> tuple[bool, bool, bool]:
+        """Whether the response has started, whether it is complete (however they went out), and whether
+        this writer started it as an event stream."""
+        cycle = self._cycle
+        return cycle.response_started, cycle.response_complete, self._event_stream
+
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Write a whole response, or do nothing and return False where only ASGI messages may carry it.
+
+        The bytes are those uvicorn's ``send`` writes for a start message with ``headers`` and one body
+        message with ``body`` (the status line, the server's default headers, ``headers``, a
+        ``connection: close`` when the connection is not kept alive, the blank line, the body), in one
+        ``writelines``, and the cycle ends as that ``send`` ends it (complete, the connection closed if
+        not kept alive, the protocol told). Taken only where uvicorn would write them at once and
+        accept them (see :meth:`_head`), with a ``content-length`` of ``body``'s length.
+        """
+        cycle = self._cycle
+        head = self._head(status, headers, len(body))
+        if head is None:
+            return False
+        cycle.chunked_encoding = False
+        cycle.expected_content_length = 0
+        transport = cycle.transport
+        if isinstance(transport, HeadWithBody):
+            transport.write_whole(head, body)
+        else:
+            transport.writelines((head, body))
+        self._complete()
+        return True
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+        """Start a chunked response, or do nothing and return False where only an ASGI message may.
+
+        The bytes are those uvicorn's ``send`` writes for a start message with ``headers`` and neither a
+        length nor a transfer coding (``transfer-encoding: chunked`` added after them), written as that
+        ``send`` writes them (on this protocol: held until the body's first piece, see
+        :class:`HeadWithBody`).
+        """
+        head = self._head(status, headers, None)
+        if head is None:
+            return False
+        cycle = self._cycle
+        cycle.chunked_encoding = True
+        cycle.expected_content_length = 0
+        cycle.transport.write(head)
+        for name, value in headers:
+            if name == b"content-type":
+                self._event_stream = value.startswith(b"text/event-stream")
+        return True
+
+    def end(self) -> bool:
+        """End a chunked response (the last, empty piece), or return False where only a message may."""
+        cycle = self._cycle
+        if (
+            cycle.chunked_encoding is not True
+            or cycle.response_complete
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or cycle.scope["method"] == "HEAD"
+        ):
+            return False
+        cycle.transport.write(b"0\r\n\r\n")
+        self._complete()
+        return True
 
     def write(self, body: bytes) -> bool:
         cycle = self._cycle
@@ -276,13 +443,78 @@ class CycleWriter:
             cycle.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
         return True
 
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None) -> bytes | None:
+        """The head uvicorn writes for a start message with ``headers``, the response marked started; or
+        None, nothing changed, where it would not write it at once or would treat it otherwise.
+
+        Taken only where nothing has started, the client is connected and reading, the request is not
+        HEAD, the status has a body, ``headers`` are in lower case with neither ``transfer-encoding`` nor
+        ``connection``, a ``content-length`` of ``length`` (with ``length``) or none (without: the head
+        then ends with uvicorn's ``transfer-encoding: chunked``), and no name or value uvicorn would
+        refuse (checked joined, one pass each, instead of two searches per header).
+        """
+        cycle = self._cycle
+        if (
+            cycle.response_started
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or cycle.access_log
+            or cycle.scope["method"] == "HEAD"
+            or status < 200
+            or status in (204, 304)
+            or status not in STATUS_LINE
+            or not headers
+        ):
+            return None
+        names, values = zip(*headers, strict=True)
+        joined = b"".join(names)
+        value_bytes = b"".join(values)
+        if (
+            len(joined.translate(None, _REFUSED_IN_NAMES)) != len(joined)
+            or not joined.islower()
+            or len(value_bytes.translate(None, _REFUSED_IN_VALUES)) != len(value_bytes)
+            or b"transfer-encoding" in names
+            or b"connection" in names
+        ):
+            return None
+        if length is None:
+            if b"content-length" in names:
+                return None
+            end = b"\r\ntransfer-encoding: chunked\r\n\r\n"
+        elif b"content-length" not in names or values[names.index(b"content-length")] != b"%d" % length:
+            return None
+        else:
+            end = b"\r\n\r\n"
+        default = cycle.default_headers
+        head = [STATUS_LINE[status]]
+        if default:
+            head.append(b"".join([b"%s: %s\r\n" % (name.lower(), value) for name, value in default]))
+        head.append(b"\r\n".join(map(b": ".join, headers)))
+        if not cycle.keep_alive:
+            head.append(b"\r\nconnection: close")
+        head.append(end)
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        return b"".join(head)
+
+    def _complete(self) -> None:
+        """The end of the response, as uvicorn's ``send`` ends it."""
+        cycle = self._cycle
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            cycle.transport.close()
+        cycle.on_response()
+
 
 class HeadWithBody(asyncio.Transport):
-    """One response's side of the connection: its first write (the head) waits for its second.
+    """The responses' side of the connection: each response's first write (the head) waits for its second.
 
     Both go out in one ``writelines`` (one ``writev``). A head that no body follows within the same
     turn of the event loop goes out on its own at the next turn, so nothing waits longer than that.
     Only what uvicorn's response cycle calls (write, close, is_closing) is needed; the rest passes on.
+    One per connection: its responses go out one after another, and :meth:`next_response` (when the
+    next one's task starts) writes what is still held of the one before.
     """
 
     __slots__ = ("_first", "_head", "_loop", "_transport")
@@ -306,6 +538,17 @@ class HeadWithBody(asyncio.Transport):
         else:
             self._head = None
             self._transport.writelines((head, data))
+
+    def next_response(self) -> None:
+        """The next response's first write will be its head: the one before (a HEAD request's, say, with no
+        body write) goes out first if it is still held."""
+        self._flush()
+        self._first = True
+
+    def write_whole(self, head: bytes, body: bytes) -> None:
+        """A whole response at once, nothing held (:meth:`CycleWriter.respond`)."""
+        self._first = False
+        self._transport.writelines((head, body))
 
     def _flush(self) -> None:
         head, self._head = self._head, None

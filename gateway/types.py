@@ -79,16 +79,37 @@ request's :class:`ClientState`; under another server the key is absent."""
 
 
 class ChunkWriter(Protocol):
-    """Writes a piece of a streamed response's body straight to the client's connection.
+    """Writes a response straight to the client's connection: a piece of a streamed body, a stream's head
+    and end, or a whole answer.
 
-    An ASGI body message goes through every ``send`` wrapper and the server's checks before its bytes
-    reach the socket: a message dictionary and four calls per piece, paid for each chunk of every
-    stream the gateway relays. The gateway's HTTP protocol hands the relay this instead.
+    An ASGI message goes through every ``send`` wrapper and the server's checks before its bytes reach
+    the socket: a message dictionary and four calls per piece, paid for each chunk of every stream the
+    gateway relays, and for a head two regular-expression searches per header. The gateway's HTTP
+    protocol hands the responses this instead; each method declines (returns False) where only a
+    message may go, and the message then goes as before.
     """
 
     def write(self, body: bytes) -> bool:
         """Write ``body`` as the response's next piece, or do nothing and return False when only an ASGI
         message may carry it now (the client is not reading, the response is not chunked or is over)."""
+        ...
+
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Write a whole response (its status, ``headers`` with their ``content-length``, ``body``) at once,
+        or do nothing and return False when only ASGI messages may carry it."""
+        ...
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+        """Start a chunked response (no ``content-length`` in ``headers``), or return False as above."""
+        ...
+
+    def end(self) -> bool:
+        """End the chunked response this writer started or carried, or return False as above."""
+        ...
+
+    def progress(self) -> tuple[bool, bool, bool]:
+        """Whether the response has started, whether it is complete (however they went out), and whether
+        this writer started it as an event stream."""
         ...
 
 

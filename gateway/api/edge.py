@@ -58,8 +58,7 @@ def upstream_headers(request: Request, gw: Gateway, rid: str, content_type: str 
     headers = {"content-type": content_type} if content_type else {}
     headers["accept-encoding"] = "identity"
     headers["x-request-id"] = rid
-    auth = gw.settings.auth
-    forward_key = auth.forward_client_authorization and not auth.api_keys
+    forward_key = gw.forward_client_key
     for key, value in request.scope["headers"]:
         if key == b"traceparent" or key == b"tracestate" or (forward_key and key == b"authorization"):
             # the first value, as a single-valued header is read; an upstream key configured for the

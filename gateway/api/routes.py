@@ -115,7 +115,7 @@ async def _handle(request: Request, api: Api) -> Response:
     try:
         raw, payload = await _validate(request, ex)
         ex.payload = payload
-        forced = forced_pool(request, gw.settings.routing.allow_pool_override)
+        forced = forced_pool(request, gw.allow_pool_override)
         decision = ex.decision = gw.policy.decide(RouteRequest(payload, api, forced))
         gw.observer.decided(decision, gw.policy.strategy)
         out = _upstream_request(request, ex, raw, payload)
@@ -128,7 +128,7 @@ async def _handle(request: Request, api: Api) -> Response:
                 out.headers,
                 decision.pool,
                 allow_failover=not decision.baseline_only,
-                first_byte_s=gw.settings.timeouts.total_s,
+                first_byte_s=gw.total_s,
             )
             sent, content = await _unless_disconnected(request, fetched)
             gw.observer.forwarded(decision, sent.pool)
@@ -136,7 +136,7 @@ async def _handle(request: Request, api: Api) -> Response:
         tried: list[Endpoint] = []
         # a non-streamed request streamed upstream to be measured waits for its first byte as long as
         # when its bytes pass as they came (above): how it is measured never decides whether it times out
-        first_byte_s = gw.settings.timeouts.total_s if out.meter.collect is not None else None
+        first_byte_s = gw.total_s if out.meter.collect is not None else None
         # timeouts.total_s bounds the tries, the first byte's wait and the stream together
         ex.deadline = gw.upstreams.deadline()
         sent = await _unless_disconnected(request, _send(ex, out, first_byte_s, tried))
@@ -198,9 +198,9 @@ def _failed(ex: Exchange, e: APIError) -> Response:
 
 async def _validate(request: Request, ex: Exchange) -> tuple[bytes, dict[str, Any]]:
     """The caller's key, then the body: read within its limits, JSON, every field of the right type."""
-    settings = ex.gw.settings
-    check_key(request, settings.auth.api_keys)
-    body = await read_body(request, settings.limits.max_body_bytes, settings.server.body_timeout_s)
+    gw = ex.gw
+    check_key(request, gw.api_keys)
+    body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
     return body, parse_body(body, ex.api, ex.gw.models)
 
 
@@ -406,8 +406,12 @@ class Relay(StreamingResponse):
             await _unless_disconnected(Request(scope, receive), self.stream_response(send, writer))
 
     async def stream_response(self, send: Send, writer: ChunkWriter | None = None) -> None:
-        """The stream; each chunk by ``writer`` where it takes it, else as an ASGI message."""
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        """The stream; its head, each chunk and its end by ``writer`` where it takes them, else as ASGI
+        messages."""
+        if writer is None or not writer.start(self.status_code, self.raw_headers):
+            await send(
+                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            )
         try:
             async for chunk in self.body_iterator:
                 if writer is None or not writer.write(chunk):
@@ -418,7 +422,8 @@ class Relay(StreamingResponse):
             error = from_upstream(e)
             event = self.ending(error.status, error.message)
             await send({"type": "http.response.body", "body": event, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if writer is None or not writer.end():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class Answer(Response):
@@ -442,13 +447,19 @@ class Answer(Response):
         self.status_code = status
         self.media_type = media_type
         self.background = None
-        self.body = content
+        self.body = self._content = content
         self.raw_headers = _head(headers, status, len(content), media_type)
         self._after = after
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        await send({"type": "http.response.body", "body": self.body})
+        """The head and body by the connection's writer where it takes them (one write, no messages),
+        else as the two ASGI messages; then the bookkeeping."""
+        client = scope.get(CLIENT_SCOPE_KEY)
+        writer = client.writer if isinstance(client, ClientState) else None
+        head = self.raw_headers
+        if writer is None or not writer.respond(self.status_code, head, self._content):
+            await send({"type": "http.response.start", "status": self.status_code, "headers": head})
+            await send({"type": "http.response.body", "body": self._content})
         self._after()
 
 

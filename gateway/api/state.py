@@ -32,6 +32,23 @@ class Gateway:
     learned: LearnedState | None = None  # routing.state_file, when set
     draining: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # what every completion reads, read once from the (frozen) settings: each attribute of a pydantic
+    # model goes through its __getattr__ hook, some 500 instructions
+    api_keys: list[str] = field(init=False)
+    max_body_bytes: int = field(init=False)
+    body_timeout_s: float = field(init=False)
+    allow_pool_override: bool = field(init=False)
+    total_s: float = field(init=False)
+    forward_client_key: bool = field(init=False)  # the caller's Authorization goes upstream
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.api_keys = s.auth.api_keys
+        self.max_body_bytes = s.limits.max_body_bytes
+        self.body_timeout_s = s.server.body_timeout_s
+        self.allow_pool_override = s.routing.allow_pool_override
+        self.total_s = s.timeouts.total_s
+        self.forward_client_key = s.auth.forward_client_authorization and not s.auth.api_keys
 
 
 def of(request: Request) -> Gateway:

@@ -128,8 +128,16 @@ class AdaptivePolicy:
     _finished: int = 0
     _scrape_round: int = 0  # the scraper's round last read
     _base_histogram: bool = False  # a baseline server's page has the inter-token histogram
+    # what every decision reads, read once from the (frozen) routing settings: each attribute of a
+    # pydantic model goes through its __getattr__ hook, some 500 instructions
+    _per_request: bool = field(init=False)
+    _margin: float = field(init=False)
+    _stale_s: float = field(init=False)
 
     def __post_init__(self) -> None:
+        self._per_request = self.routing.acceptance_model == "per-request"
+        self._margin = self.routing.margin
+        self._stale_s = STALE_SCRAPES * self.routing.scrape_interval_s
         if self.outliers is None:
             self.outliers = OutlierDetector(self.pools["speculative"])
 
@@ -176,7 +184,7 @@ class AdaptivePolicy:
         scraper = self.scraper
         if scraper is not None and scraper.rounds != self._scrape_round:
             self._after_scrape(scraper)
-        per_request = self.routing.acceptance_model == "per-request"
+        per_request = self._per_request
         features = prediction = None
         sd_share = 1.0
         if per_request:
@@ -190,7 +198,7 @@ class AdaptivePolicy:
         tpot_spec = self.model.tpot_speculative(alpha, spec.batch)
         tpot_base = self.model.tpot_baseline(base.batch)
         speedup = tpot_base / tpot_spec
-        gain = 1.0 + self.routing.margin * sd_share
+        gain = 1.0 + self._margin * sd_share
         strategy = self.strategy
         pool: PoolName
         explore = False
@@ -328,7 +336,7 @@ class AdaptivePolicy:
 
     def load(self, pool: PoolName) -> PoolLoad:
         now = time.monotonic()
-        stale = STALE_SCRAPES * self.routing.scrape_interval_s
+        stale = self._stale_s
         best: tuple[bool, float, float, float, bool] | None = None
         for ep in self.pools[pool].endpoints:
             if not ep.available(now):

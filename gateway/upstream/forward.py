@@ -188,6 +188,13 @@ class Upstreams:
         self._timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
         # the most of one answer held at once (limits.max_response_bytes): a body, an event, an assembly
         self.max_response = settings.limits.max_response_bytes
+        # what every request reads, read once (the settings are frozen; each attribute of a pydantic
+        # model goes through its __getattr__ hook, some 500 instructions)
+        self._total_s = t.total_s
+        self._first_byte_s = t.first_byte_s
+        self._chunk_gap_s = t.chunk_gap_s
+        self._attempts = settings.retries.attempts
+        self._failover = settings.retries.failover_to_other_pool
         self.wire = WirePool(connect_s=t.connect_s, max_unread=self.max_response)
         # per endpoint object: an address that discovery moves to the other pool is another endpoint,
         # so its key is looked up again (the pools' keys may differ)
@@ -226,7 +233,7 @@ class Upstreams:
         gauge.inc(delta)
 
     def _candidates(self, pool: PoolName, allow_failover: bool) -> list[PoolName]:
-        if allow_failover and self.settings.retries.failover_to_other_pool:
+        if allow_failover and self._failover:
             return [pool, OTHER_POOL[pool]]
         return [pool]
 
@@ -282,9 +289,9 @@ class Upstreams:
         loop's clock) ends the whole request: no try waits for its first byte past it, and none after
         the first starts without time left for it.
         """
-        deadlines = self._deadlines(first_byte_s or self.settings.timeouts.first_byte_s)
+        deadlines = self._deadlines(first_byte_s or self._first_byte_s)
         tried = [] if tried is None else tried
-        limit = self.settings.retries.attempts if attempts is None else attempts
+        limit = self._attempts if attempts is None else attempts
         while len(tried) < limit:
             endpoint = self._pick(pool, allow_failover, tried)
             if endpoint is None:
@@ -413,7 +420,7 @@ class Upstreams:
         tried: list[Endpoint] = []
         error: UpstreamError | None = None
         loop = asyncio.get_running_loop()
-        total_s = self.settings.timeouts.total_s
+        total_s = self._total_s
         deadline = self.deadline()
         try:
             while True:
@@ -456,7 +463,7 @@ class Upstreams:
         """When a request that starts now must be over, on the loop's clock (``timeouts.total_s``): what
         :meth:`send` and :meth:`relay` take, so that the tries, the wait for the first byte and the
         stream together last no longer."""
-        return asyncio.get_running_loop().time() + self.settings.timeouts.total_s
+        return asyncio.get_running_loop().time() + self._total_s
 
     def _too_large(self, sent: Sent, what: str) -> UpstreamTooLarge:
         """Count and log an answer larger than ``limits.max_response_bytes``; the error that ends it.
@@ -481,7 +488,7 @@ class Upstreams:
 
     def can_retry(self, tried: list[Endpoint]) -> bool:
         """Whether a request already sent to ``tried`` may go out once more."""
-        return len(tried) < self.settings.retries.attempts
+        return len(tried) < self._attempts
 
     def _target(self, endpoint: Endpoint) -> _Target | None:
         """The lean client's target for ``endpoint``; None sends its requests through aiohttp (TLS)."""
@@ -664,7 +671,7 @@ class Upstreams:
         if not resume.attempts_used:
             resume.attempts_used = sent.retries + 1
         resume.broken.append(sent.endpoint)
-        left = self.settings.retries.attempts - resume.attempts_used
+        left = self._attempts - resume.attempts_used
         body = resume.body()
         if body is None or left < 1:
             why = resume.transcript.blocked or ("no attempts left" if left < 1 else "not continuable")
@@ -710,7 +717,7 @@ class Upstreams:
         parts = [sent.first]
         complete = False
         # most non-streamed answers arrive in one read: with the whole body here, nothing is timed
-        gap_s = self.settings.timeouts.chunk_gap_s
+        gap_s = self._chunk_gap_s
         silence = None if sent.response.arrived else Silence(gap_s, deadline)
         limit = self.max_response
         try:

@@ -103,11 +103,29 @@ async def test_a_broken_relay_ends_with_its_error_event_then_the_streams_end() -
 
 
 class _Writer:
-    """A chunk writer that takes the pieces it is told to and declines the others."""
+    """A chunk writer that takes the pieces it is told to and declines the others; the stream's start and
+    end only when told to as well."""
 
-    def __init__(self, takes: list[bool]) -> None:
+    def __init__(self, takes: list[bool], bounds: bool = False) -> None:
         self.takes = takes
+        self.bounds = bounds
         self.written: list[bytes] = []
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+        if self.bounds:
+            self.written.append(b"<start %d>" % status)
+        return self.bounds
+
+    def end(self) -> bool:
+        if self.bounds:
+            self.written.append(b"<end>")
+        return self.bounds
+
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        return False
+
+    def progress(self) -> tuple[bool, bool, bool]:
+        return False, False, False
 
     def write(self, body: bytes) -> bool:
         if not self.takes.pop(0):
@@ -151,3 +169,10 @@ async def test_a_relay_writes_each_chunk_once_by_the_writer_or_else_as_a_message
         (sse_error_event(502, "upstream connection broke; the response is incomplete"), True),
         (b"", False),
     ]
+    # a writer that takes the start and the end leaves only the pieces it declined to messages
+    writer = _Writer([True, False, True], bounds=True)
+    relay = Relay.encoded(_pieces(3), 200, [], "text/event-stream", sse_error_event)
+    sent.clear()
+    await relay.stream_response(send, writer)
+    assert writer.written == [b"<start 200>", b"data: 0\n\n", b"data: 2\n\n", b"<end>"]
+    assert sent == [(b"data: 1\n\n", True)]
