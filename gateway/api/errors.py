@@ -60,6 +60,22 @@ def error_body(status: int, message: str, param: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": etype, "param": param, "code": status}})
 
 
+def openai_shaped(content: bytes) -> bool:
+    """Whether an upstream's error body is OpenAI-shaped (``{"error": {...}}``): what every OpenAI client
+    reads the message of."""
+    try:
+        return isinstance(orjson.loads(content).get("error"), dict)
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+
+
+def route_missing_body(status: int, method: str, path: str) -> bytes:
+    """The API's error for an upstream's 404 or 405 that is not OpenAI-shaped: a server without the route
+    (FastAPI's ``{"detail": "Not Found"}``, which no OpenAI client reads as an error message)."""
+    what = "no route" if status == 404 else "method not allowed on"
+    return error_body(status, f"{what} {method} {path}")
+
+
 def _phrase(status: int) -> str:
     try:
         return HTTPStatus(status).phrase.replace(" ", "") + "Error"

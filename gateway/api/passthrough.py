@@ -16,7 +16,6 @@ import asyncio
 import re
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -29,7 +28,7 @@ from gateway.api.edge import (
     upstream_headers,
     without_slash,
 )
-from gateway.api.errors import APIError, error_response
+from gateway.api.errors import APIError, error_response, openai_shaped, route_missing_body
 from gateway.api.request import json_object, request_id, trace_id
 from gateway.api.routes import CUT_AT_SHUTDOWN, Relay, relayed_status, unless_disconnected
 from gateway.types import Route
@@ -99,7 +98,7 @@ async def _json_route(request: Request, path: str, route: Route) -> Response:
         return _error(e, rid)
     status = sent.response.status
     observe(gw, rid=rid, trace=trace, route=route, started=started, status=status, sent=sent, content=content)
-    if status in (404, 405) and not _shaped(content):
+    if status in (404, 405) and not openai_shaped(content):
         # a model whose server has no such route (embeddings from a generative model): FastAPI's
         # {"detail": "Not Found"}, which no OpenAI client reads as an error, becomes the API's own
         return _route_missing(request, status, _headers(sent, rid))
@@ -190,24 +189,16 @@ async def _no_route(
         observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status, sent=sent)
         return _error(e, rid)
     observe(gw, rid=rid, trace=trace, route=route, started=started, status=status, sent=sent)
-    if _shaped(content):
+    if openai_shaped(content):
         media_type = sent.response.headers.get("content-type", "application/json")
         return Response(content, status, headers=_headers(sent, rid), media_type=media_type)
     return _route_missing(request, status, _headers(sent, rid))
 
 
-def _shaped(content: bytes) -> bool:
-    """Whether an upstream's error body is OpenAI-shaped (``{"error": {...}}``)."""
-    try:
-        return isinstance(orjson.loads(content).get("error"), dict)
-    except (orjson.JSONDecodeError, AttributeError):
-        return False
-
-
 def _route_missing(request: Request, status: int, headers: dict[str, str]) -> Response:
     """The API's error for an upstream's 404 or 405 that is not OpenAI-shaped."""
-    what = "no route" if status == 404 else "method not allowed on"
-    return error_response(status, f"{what} {request.method} {request.url.path}", None, headers)
+    body = route_missing_body(status, request.method, request.url.path)
+    return Response(body, status, headers=headers, media_type="application/json")
 
 
 def _model(body: bytes, content_type: str | None) -> Any:

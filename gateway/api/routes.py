@@ -21,7 +21,14 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
 from gateway.api.edge import check_model, upstream_headers, without_slash
-from gateway.api.errors import APIError, error_response, from_upstream, sse_error_event
+from gateway.api.errors import (
+    APIError,
+    error_response,
+    from_upstream,
+    openai_shaped,
+    route_missing_body,
+    sse_error_event,
+)
 from gateway.api.request import (
     check_key,
     forced_pool,
@@ -265,13 +272,19 @@ async def _passed_through(request: Request, ex: Exchange, sent: Sent) -> Respons
 
 
 def _complete(ex: Exchange, sent: Sent, content: bytes) -> Response:
-    """A whole upstream body, passed on as it is."""
+    """A whole upstream body, passed on as it is; but a server without the route (an embedding model's
+    vLLM has no completions) answers FastAPI's 404 or 405, which no OpenAI client reads: that one the
+    API's own."""
     status = sent.response.status
+    media_type = sent.response.headers.get("content-type", "application/json")
+    if (status == 404 or status == 405) and not openai_shaped(content):
+        content = route_missing_body(status, "POST", PATHS[ex.api])
+        media_type = "application/json"
     return Answer(
         content,
         status,
         ex.encoded_headers(sent.pool),
-        sent.response.headers.get("content-type", "application/json"),
+        media_type,
         lambda: _finish(ex, sent, status, content=content),
     )
 

@@ -286,6 +286,23 @@ async def test_a_404_that_is_not_about_the_model_is_the_answer():
         assert [a for _, a in script.log] == ["model_missing", "ok"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_server_without_the_completions_route_is_an_openai_shaped_404(stream):
+    """An embedding model's vLLM has no /v1/completions: its FastAPI 404 ({"detail": ...}) reached the
+    client as it was, which the OpenAI SDKs report as a bare 'Error code: 404'."""
+    async with _setup(["no_route", "ok"]) as (client, script, _):
+        with pytest.raises(openai.NotFoundError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=stream)
+        assert e.value.message == "Error code: 404 - no route POST /v1/completions"
+        assert e.value.body == {
+            "message": "no route POST /v1/completions",
+            "type": "NotFoundError",
+            "param": None,
+            "code": 404,
+        }
+        assert [a for _, a in script.log] == ["no_route"]  # the answer, not tried again
+
+
 async def test_an_endpoint_without_the_model_is_named_in_the_log_once_a_minute_not_per_request(caplog):
     with caplog.at_level(logging.WARNING, logger="specroute.upstream"):
         extra = {"routing": {"strategy": "always-speculative"}}
