@@ -188,6 +188,16 @@ def learning_command(
         bool,
         typer.Option(help="replay in virtual time: the emulator's model and the real policy, no processes"),
     ] = False,
+    restarted: Annotated[
+        bool,
+        typer.Option(
+            help="with --virtual: each gateway restarts from the state an earlier run of the workload left"
+            " (routing.state_file)"
+        ),
+    ] = False,
+    first_half: Annotated[
+        bool, typer.Option(help="with --virtual: judge each run's first half (what a restart changes)")
+    ] = False,
 ) -> None:
     """Each strategy, fresh, on a draft model unlike the classifier's prior, at several loads."""
     require("bench", "specroute bench")
@@ -204,7 +214,12 @@ def learning_command(
         draft_cost_ratio=draft_cost_ratio,
         strategies=strategy or learning.STRATEGIES,
         seed=seed,
+        restarted=restarted,
+        first_half=first_half,
     )
+    if (restarted or first_half) and not virtual:
+        typer.echo("--restarted and --first-half need --virtual", err=True)
+        raise typer.Exit(2)
     logs = None
     if out is not None:
         logs = out / "logs"

@@ -60,6 +60,10 @@ class LearningOptions:
     model: str = "demo-model"
     routing: dict[str, Any] = field(default_factory=dict)  # extra routing settings for every gateway
     tpot_below: float = 2.0  # loads (req/s) judged on TPOT; from here on on e2e (see the module notes)
+    # virtual time only: every gateway first serves the workload once with another seed, then restarts
+    # from the state it saved (``routing.state_file``)
+    restarted: bool = False
+    first_half: bool = False  # virtual time only: judge each run's first half (what a restart changes)
 
 
 def oracle_pools(texts: Sequence[str], profile: str, c: float) -> list[str]:
@@ -212,6 +216,16 @@ def _with_change(value: float | None, ref: float | None) -> list[str]:
     return [f"{value:.2f}", f"{(value - ref) / ref:+.1%}" if ref else "-"]
 
 
+def _window(config: dict[str, Any]) -> str:
+    half = "First half of each run" if config.get("first_half") else "Second half of each run"
+    if config.get("restarted"):
+        return (
+            "Every gateway restarted from the state an earlier run of the workload (another seed) left in"
+            f" its state file. {half}"
+        )
+    return half
+
+
 def markdown(result: dict[str, Any]) -> str:
     c = result["config"]
     tpot_below = float(c.get("tpot_below", LearningOptions.tpot_below))
@@ -221,7 +235,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Acceptance profile `{c['profile']}`, {c['requests']} requests per strategy and load from the"
         f" `mixed` workload, max_tokens {c['max_tokens']}, draft cost ratio {c['draft_cost_ratio']:g},"
         f" {'virtual time' if c.get('virtual') else 'time scale ' + format(c['time_scale'], 'g')},"
-        f" seed {c['seed']}. Second half of each run; TPOT and e2e"
+        f" seed {c['seed']}. {_window(c)}; TPOT and e2e"
         " (mean, queueing included) in emulated ms; 'of oracle': share of the oracle's TPOT gain over"
         " always-baseline (none where the oracle gains nothing). 'vs best fixed': the strategy's"
         " figure of merit over the better of always-baseline and always-speculative (< 1: better);"

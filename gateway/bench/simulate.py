@@ -19,6 +19,7 @@ Left out: HTTP, the stream's chunking, and wall-clock jitter. Times are emulated
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
@@ -39,7 +40,7 @@ from gateway.emulator.engine import Engine
 from gateway.emulator.metrics import EngineMetrics
 from gateway.emulator.tokenizer import encode_prompt
 from gateway.observability import Metrics
-from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.adaptive import AdaptivePolicy, PolicyState
 from gateway.routing.classify import load_classifier
 from gateway.routing.policy import Classifier, Decision, Outcome, RouteRequest
 from gateway.types import PoolName
@@ -153,8 +154,14 @@ def run_one(
     alphas: Sequence[float],
     bodies: Sequence[dict[str, Any]],
     prompt_tokens: Sequence[int],
+    learned: bytes | None = None,
+    keep: Callable[[bytes], None] | None = None,
 ) -> list[dict[str, float | str | None]]:
-    """One strategy at one load; one record per request, in arrival order."""
+    """One strategy at one load; one record per request, in arrival order.
+
+    ``learned``: a state file's policy, as an earlier run left it (taken up at once, as at a restart with
+    no time down); ``keep`` is handed this run's at its end, in the same form.
+    """
     now = 0.0
 
     def clock() -> float:
@@ -167,6 +174,8 @@ def run_one(
         **opts.routing,
     }
     policy = _policy(strategy, classifier, routing, clock)
+    if learned is not None:
+        policy.restore(PolicyState.model_validate_json(learned), 0.0)
     engines: dict[str, _Engine] = {m: _Engine.build(m, opts) for m in ("speculative", "baseline")}
     eps: dict[str, Endpoint] = {
         "speculative": policy.pools["speculative"].endpoints[0],
@@ -213,6 +222,8 @@ def run_one(
             eng.start(now)
             if eng.step is not None:
                 heapq.heappush(events, (eng.step[0], 2, 0, eng.name))
+    if keep is not None:
+        keep(policy.state().model_dump_json().encode())
     return records
 
 
@@ -247,9 +258,12 @@ def _record(r: _Request, now: float) -> dict[str, float | str | None]:
     }
 
 
-def summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The real benchmark's summary (second half, emulated ms) of one simulated run."""
-    half = [r for r in records[len(records) // 2 :] if r.get("tpot") is not None]
+def summary(records: Sequence[dict[str, Any]], first_half: bool = False) -> dict[str, Any]:
+    """The real benchmark's summary (second half, emulated ms) of one simulated run; or of its first half
+    (what a restart changes)."""
+    cut = len(records) // 2
+    part = records[:cut] if first_half else records[cut:]
+    half = [r for r in part if r.get("tpot") is not None]
     n = len(half)
     return {
         "ok": len(records),
@@ -276,10 +290,17 @@ def execute(opts: LearningOptions) -> dict[str, Any]:
     classifier = load_classifier()
     out: dict[str, Any] = {}
     for rate in opts.rates:
-        out[f"{rate:g}"] = {
-            s: summary(run_one(s, rate, opts, classifier, oracle, alphas, bodies, tokens))
-            for s in opts.strategies
-        }
+        row: dict[str, Any] = {}
+        for s in opts.strategies:
+            learned: list[bytes] = []
+            if opts.restarted:  # the run before the restart: the same workload, other arrivals and draws
+                before = dataclasses.replace(opts, seed=opts.seed + 1)
+                run_one(s, rate, before, classifier, oracle, alphas, bodies, tokens, keep=learned.append)
+            records = run_one(
+                s, rate, opts, classifier, oracle, alphas, bodies, tokens, learned[0] if learned else None
+            )
+            row[s] = summary(records, first_half=opts.first_half)
+        out[f"{rate:g}"] = row
     return {
         "config": {
             "profile": opts.profile,
@@ -292,6 +313,8 @@ def execute(opts: LearningOptions) -> dict[str, Any]:
             "seed": opts.seed,
             "routing": opts.routing,
             "tpot_below": opts.tpot_below,
+            "restarted": opts.restarted,
+            "first_half": opts.first_half,
         },
         "loads": out,
     }

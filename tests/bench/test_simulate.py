@@ -82,6 +82,29 @@ def test_skewed_draft_learned_at_low_load():
     assert versus_best_fixed(row, "adaptive", "tpot_ms") <= 1.03
 
 
+def test_a_restarted_gateway_starts_from_what_it_had_learned():
+    """``routing.state_file``: a gateway that restarts from the state an earlier run of the workload left
+    (another draw of it) routes its first requests better than one that starts from the prior: more of
+    the oracle's gain at 1 req/s, sooner finished requests at 20 req/s, on every draw."""
+    strategies = (*FIXED, "adaptive", "oracle")
+    for seed in range(3):
+        for rate, judge in ((1.0, "share"), (20.0, "e2e")):
+            got = {}
+            for restarted in (False, True):
+                row = _run(
+                    "skewed-draft", (rate,), strategies, seed=seed, first_half=True, restarted=restarted
+                )[f"{rate:g}"]
+                got[restarted] = (
+                    oracle_share(row, "adaptive")
+                    if judge == "share"
+                    else versus_best_fixed(row, "adaptive", "e2e_ms")
+                )
+            if judge == "share":
+                assert got[True] > got[False] and got[True] >= 0.9, (seed, got)
+            else:
+                assert got[True] < 0.9 * got[False], (seed, got)
+
+
 def test_replay_is_deterministic_and_follows_the_emulator_costs():
     once = _run("rules", (0.2,), FIXED, requests=60)
     assert once == _run("rules", (0.2,), FIXED, requests=60)
