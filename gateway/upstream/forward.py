@@ -309,8 +309,11 @@ class Upstreams:
             sent_at = time.monotonic()
             response: Response | None = None
             error: UpstreamError
+            wait = deadlines.wait() if limit_at is None else wait_until(limit_at)
+            awaiting = endpoint.awaiting  # a failed health check of the endpoint cuts the wait short
+            awaiting.add(wait)
             try:
-                with deadlines.wait() if limit_at is None else wait_until(limit_at):
+                with wait:
                     response = await self._post(endpoint, path, body, headers, method)
                     chunks = response.chunks()
                     if response.status >= 500 or response.status == 429:
@@ -360,8 +363,12 @@ class Upstreams:
                     kind = "protocol"
                     error = UpstreamBroken("the upstream's answer broke off before its body")
             except TimeoutError:
-                kind = "timeout"
-                error = UpstreamTimeout("the upstream sent nothing in time")
+                if wait in awaiting:
+                    kind = "timeout"
+                    error = UpstreamTimeout("the upstream sent nothing in time")
+                else:  # taken out of the set by Endpoint.unanswering: the endpoint stopped answering
+                    kind = "unhealthy"
+                    error = UpstreamTimeout("the upstream stopped answering its health checks")
             except Malformed as e:
                 kind = "protocol"
                 error = UpstreamBroken(f"the upstream's answer was not valid HTTP: {e}")
@@ -373,6 +380,8 @@ class Upstreams:
                 if response is not None:
                     response.close()
                 raise
+            finally:
+                awaiting.discard(wait)
             self._busy(endpoint, -1)
             if response is not None:
                 response.close()
