@@ -386,7 +386,10 @@ class Upstreams:
             if response is not None:
                 response.close()
             self.metrics.upstream_errors.labels(endpoint.pool, endpoint.name, kind).inc()
-            if kind == "busy":  # overloaded, not broken: less traffic for a while, no ejection
+            # overloaded, not broken: less traffic for a while, no ejection. A first byte that did not
+            # come while vLLM queued requests is its queue's wait: ejecting the endpoint for that would
+            # pile its load on the others, each in turn, and an overloaded pool would flap
+            if kind == "busy" or (kind == "timeout" and endpoint.queueing):
                 endpoint.mark_busy(self.settings.health)
             elif kind != "model_missing":  # it serves its other models
                 self.failed(endpoint, sent_at)

@@ -44,6 +44,9 @@ class Endpoint:
     # set by routing when this endpoint's measured acceptance is far below its peers' (a bad draft
     # model on one replica): picked only when no peer is, or as one of the probes
     demoted: bool = False
+    # its server had requests waiting in its own queue at its last scrape (vLLM's num_requests_waiting):
+    # a first byte that does not come in time is then its queue's wait, overload rather than a fault
+    queueing: bool = False
     # the requests waiting for this endpoint's first response byte (see :meth:`unanswering`)
     awaiting: set[Wait] = field(default_factory=set, repr=False)
 

@@ -269,6 +269,13 @@ class EndpointScrape:
         elif self.capacity is not None and running > self.capacity:
             self.capacity = running
         self.last_at = reading.at
+        # a queue behind an engine that steps: overload. One that stopped stepping (a hung engine whose
+        # server still answers) is not excused its time-outs
+        before = self.previous
+        stepping = (
+            before is None or before.steps is None or reading.steps is None or reading.steps > before.steps
+        )
+        self.endpoint.queueing = bool(reading.waiting) and stepping
         self.failures = 0
         self.error = None
         in_engine = (reading.running or 0.0) + (reading.waiting or 0.0)
@@ -413,6 +420,7 @@ class Scraper:
             resp.raise_for_status()
             reading = parse(resp.text, time.monotonic())
         except (httpx.HTTPError, ValueError) as e:
+            ep.queueing = False  # unknown: its time-outs count as faults again
             state.failures += 1
             state.error = type(e).__name__
             return

@@ -230,6 +230,33 @@ def test_capacity_is_learned_while_queueing():
     assert not state.queued and state.capacity == 4
 
 
+def test_the_endpoint_is_told_its_server_queues_while_its_engine_steps():
+    """What forwarding reads to tell a first byte late behind vLLM's queue from a fault."""
+    from gateway.upstream.scrape import EndpointScrape
+
+    endpoint = Endpoint("speculative", "s0", "http://s0")
+    state = EndpointScrape(endpoint)
+    state.update(Reading(1.0, running=4, waiting=3, steps=100.0, step_seconds=1.0), None)
+    assert endpoint.queueing
+    state.update(Reading(2.0, running=4, waiting=3, steps=180.0, step_seconds=2.0), None)
+    assert endpoint.queueing
+    # the engine took no step since: a hung engine behind a server that still answers, not a queue
+    state.update(Reading(3.0, running=4, waiting=5, steps=180.0, step_seconds=2.0), None)
+    assert not endpoint.queueing
+    state.update(Reading(4.0, running=2, waiting=0, steps=260.0, step_seconds=3.0), None)
+    assert not endpoint.queueing
+
+
+def test_a_failed_scrape_leaves_no_queue_said():
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    scraper, (s0, _) = _scraper(handler)
+    s0.queueing = True
+    asyncio.run(scraper.scrape_once())
+    assert not s0.queueing
+
+
 def test_a_request_waiting_for_the_next_step_is_not_a_queue():
     from gateway.upstream.scrape import EndpointScrape
 
