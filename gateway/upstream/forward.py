@@ -358,7 +358,8 @@ class Upstreams:
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
                 if response is None:
                     kind = "connect"
-                    error = Unreachable("no upstream endpoint could be reached")
+                    # nothing ran: as with no endpoint to try, the client may come back shortly
+                    error = Unreachable("no upstream endpoint could be reached", BUSY_RETRY_AFTER_S)
                 else:  # the endpoint answered; its answer broke off before the first byte of its body
                     kind = "protocol"
                     error = UpstreamBroken("the upstream's answer broke off before its body")
