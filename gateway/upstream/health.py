@@ -32,6 +32,8 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
             cause = f"answered {resp.status_code}"
     except (httpx.HTTPError, OSError) as e:  # OSError: a socket or TLS error the transport let through
         ok, cause = False, failure(e, health.timeout_s)
+    if ok and endpoint.stalled:  # its server answers; its engine hangs (the scrape said so and why)
+        ok, cause = False, "its engine takes no step"
     if ok != endpoint.healthy:
         if ok:
             log.warning("endpoint %s/%s is healthy", endpoint.pool, endpoint.name)

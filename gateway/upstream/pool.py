@@ -47,6 +47,9 @@ class Endpoint:
     # its server had requests waiting in its own queue at its last scrape (vLLM's num_requests_waiting):
     # a first byte that does not come in time is then its queue's wait, overload rather than a fault
     queueing: bool = False
+    # its engine holds requests running and takes no step (see gateway.upstream.scrape): its health
+    # checks fail while this lasts, whatever its /health says
+    stalled: bool = False
     # the requests waiting for this endpoint's first response byte (see :meth:`unanswering`)
     awaiting: set[Wait] = field(default_factory=set, repr=False)
 
