@@ -3,8 +3,10 @@
 A frozen server (every process of it stopped, as a hung host or a paused container leaves it) accepts
 connections and answers nothing: the gateway's health check finds it unhealthy, and the requests that
 were waiting on it for their answers go to the other pool, long before ``timeouts.total_s``. A server
-killed and started again on its port starts its Prometheus counters from zero: the scrape reads the
-counts since the restart, never a negative acceptance.
+whose engine process alone hangs still answers ``/health`` and ``/metrics``: its step count, still with
+requests running, takes it out after ``timeouts.chunk_gap_s``. A server killed and started again on its
+port starts its Prometheus counters from zero: the scrape reads the counts since the restart, never a
+negative acceptance.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,7 +27,7 @@ from .servers import MODEL_NAME, Fleet
 pytestmark = pytest.mark.real_vllm
 
 FORCED = {"x-specroute-pool": "speculative"}
-CLIENT_TIMEOUT_S = 45.0  # well below the gateway's timeouts.total_s (600 s), above chunk_gap_s (30 s)
+CLIENT_TIMEOUT_S = 50.0  # well below the gateway's timeouts.total_s (600 s), above chunk_gap_s (30 s)
 
 
 def _request(gateway: str, i: int) -> tuple[int, str]:
@@ -69,6 +72,46 @@ def test_requests_waiting_on_a_frozen_vllm_are_answered_by_the_other_pool(gatewa
         results
     )
     # back in rotation once it answers its health check again
+    assert wait_for(lambda: _available(gateway), bool, timeout=30)
+    assert _request(gateway, 1)[0] == 200
+
+
+def _engine_processes(pid: int) -> list[int]:
+    """The engine processes vLLM forked (``VLLM::EngineCore``) under its API server ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            comm = Path(f"/proc/{entry}/comm").read_text()
+        except OSError:
+            continue
+        if int(stat[1]) == pid and comm.startswith("VLLM::Engine"):
+            found.append(int(entry))
+    return found
+
+
+def test_requests_on_a_vllm_whose_engine_hangs_are_answered_by_the_other_pool(
+    gateway: str, fleet: Fleet
+) -> None:
+    server = fleet.ensure("speculative", "draft-same")
+    engines = _engine_processes(server.popen.pid)
+    assert engines
+    assert wait_for(lambda: _available(gateway), bool, timeout=60)
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(_request, gateway, i) for i in range(8)]
+        time.sleep(0.5)
+        for pid in engines:  # the API server answers on: /health 200, /metrics with 8 running
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            assert httpx.get(fleet.url("speculative") + "/health", timeout=10).status_code == 200
+            results = [f.result() for f in futures]
+            assert not _available(gateway)  # out while its engine hangs
+        finally:
+            for pid in engines:
+                os.kill(pid, signal.SIGCONT)
+    assert all(status == 200 and finish in ("stop", "length") for status, finish in results), results
     assert wait_for(lambda: _available(gateway), bool, timeout=30)
     assert _request(gateway, 1)[0] == 200
 
