@@ -368,8 +368,12 @@ class Upstreams:
                     kind = "timeout"
                     error = UpstreamTimeout("the upstream sent nothing in time")
                 else:  # taken out of the set by Endpoint.unanswering: the endpoint stopped answering
+                    # its checks. No time limit was reached: when no other endpoint answers, the client
+                    # is told the service is unavailable for now, not that it timed out
                     kind = "unhealthy"
-                    error = UpstreamTimeout("the upstream stopped answering its health checks")
+                    error = Unreachable(
+                        "the upstream stopped answering its health checks", BUSY_RETRY_AFTER_S
+                    )
             except Malformed as e:
                 kind = "protocol"
                 error = UpstreamBroken(f"the upstream's answer was not valid HTTP: {e}")

@@ -12,7 +12,9 @@ import orjson
 import pytest
 from httpx_aiohttp import AiohttpTransport
 
+from gateway.api.errors import from_upstream
 from gateway.config import HealthConfig, load_settings
+from gateway.errors import Unreachable
 from gateway.upstream.deadline import Deadlines
 from gateway.upstream.health import check, check_all
 from gateway.upstream.pool import Endpoint, Pool
@@ -138,6 +140,31 @@ async def test_a_request_waiting_on_an_endpoint_that_fails_its_health_check_is_s
     assert not frozen.awaiting and not sent.endpoint.awaiting
     errors = upstreams.metrics.upstream_errors.labels("baseline", frozen.name, "unhealthy")
     assert errors._value.get() == 1
+
+
+async def test_with_no_other_endpoint_the_cut_request_is_told_to_come_back_not_that_it_timed_out() -> None:
+    """Its wait was cut long before any time limit: a 503 with Retry-After, not a 504."""
+    script = Script(["stall_head"])
+    async with serving(script, "base-a") as servers:
+        pool = {"endpoints": [{"name": "base-a", "url": servers[0].url}], "models": ["m"]}
+        overrides = {"pools": {"speculative": pool, "baseline": pool}, "logging": {"access_log": False}}
+        settings = load_settings(overrides=overrides)
+        async with upstreams_for(settings) as upstreams:
+            body = b'{"model":"m","prompt":"hi","max_tokens":2}'
+            fetch = asyncio.create_task(upstreams.fetch("/v1/completions", body, {}, "baseline", False))
+            while not script.log:  # noqa: ASYNC110 - the scripted server sets no event
+                await asyncio.sleep(0.01)
+            frozen = upstreams.pools["baseline"].endpoints[0]
+
+            def hang(request: httpx.Request) -> httpx.Response:
+                raise httpx.ReadTimeout("timed out", request=request)
+
+            async with httpx.AsyncClient(transport=httpx.MockTransport(hang)) as client:
+                assert not await check(client, frozen, HealthConfig())
+            with pytest.raises(Unreachable) as e:
+                await asyncio.wait_for(fetch, 30)
+    assert e.value.retry_after_s == 1 and "health checks" in e.value.message
+    assert from_upstream(e.value).status == 503
 
 
 async def test_a_request_sent_to_an_endpoint_already_failing_its_checks_is_left_to_its_time_limit() -> None:
