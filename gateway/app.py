@@ -143,7 +143,9 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         session = new_session(keys, tls)
         client = new_client(settings, session)
-        scraper = Scraper(client, pools, metrics, settings.routing.scrape_interval_s)
+        scraper = Scraper(
+            client, pools, metrics, settings.routing.scrape_interval_s, stall_s=settings.timeouts.chunk_gap_s
+        )
         routing = policy or build_policy(settings, pools, scraper, metrics)
         gw = Gateway(
             settings=settings,

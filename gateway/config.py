@@ -149,7 +149,12 @@ class PoolsConfig(_Strict):
 class TimeoutsConfig(_Strict):
     connect_s: float = Field(default=2.0, gt=0, description="to open a connection to an upstream")
     first_byte_s: float = Field(default=60.0, gt=0, description="until the upstream's response headers")
-    chunk_gap_s: float = Field(default=30.0, gt=0, description="longest silence inside a stream")
+    chunk_gap_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="longest silence inside a stream, and longest an engine may hold requests running"
+        " without a step before its endpoint is taken out",
+    )
     total_s: float = Field(
         default=600.0,
         gt=0,

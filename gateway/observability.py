@@ -247,8 +247,8 @@ class Metrics:
         self.upstream_errors = Counter(
             "specroute_upstream_errors",
             "Upstream failures by pool, endpoint and kind "
-            "(connect, dropped_connection, timeout, status_5xx, busy, protocol, stream, model_missing,"
-            " too_large).",
+            "(connect, dropped_connection, timeout, unhealthy, status_5xx, busy, protocol, stream,"
+            " model_missing, too_large).",
             ["pool", "endpoint", "kind"],
             registry=r,
         )

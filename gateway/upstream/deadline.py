@@ -127,6 +127,11 @@ class Wait:
         self.expired = False
         self._cancelling = 0
 
+    def cut(self) -> None:
+        """End the wait now, as its time running out would: the waiting task gets TimeoutError."""
+        if not self.done and not self.expired:
+            _expire(self)
+
     def __enter__(self) -> Wait:
         self._cancelling = self.task.cancelling()
         self._deadlines._begin(self)

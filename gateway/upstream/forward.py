@@ -316,8 +316,11 @@ class Upstreams:
             sent_at = time.monotonic()
             response: Response | None = None
             error: UpstreamError
+            wait = deadlines.wait() if limit_at is None else wait_until(limit_at)
+            awaiting = endpoint.awaiting  # a failed health check of the endpoint cuts the wait short
+            awaiting.add(wait)
             try:
-                with deadlines.wait() if limit_at is None else wait_until(limit_at):
+                with wait:
                     response = await self._post(endpoint, path, body, headers, method)
                     chunks = response.chunks()
                     if response.status >= 500 or response.status == 429:
@@ -362,13 +365,22 @@ class Upstreams:
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
                 if response is None:
                     kind = "connect"
-                    error = Unreachable("no upstream endpoint could be reached")
+                    # nothing ran: as with no endpoint to try, the client may come back shortly
+                    error = Unreachable("no upstream endpoint could be reached", BUSY_RETRY_AFTER_S)
                 else:  # the endpoint answered; its answer broke off before the first byte of its body
                     kind = "protocol"
                     error = UpstreamBroken("the upstream's answer broke off before its body")
             except TimeoutError:
-                kind = "timeout"
-                error = UpstreamTimeout("the upstream sent nothing in time")
+                if wait in awaiting:
+                    kind = "timeout"
+                    error = UpstreamTimeout("the upstream sent nothing in time")
+                else:  # taken out of the set by Endpoint.unanswering: the endpoint stopped answering
+                    # its checks. No time limit was reached: when no other endpoint answers, the client
+                    # is told the service is unavailable for now, not that it timed out
+                    kind = "unhealthy"
+                    error = Unreachable(
+                        "the upstream stopped answering its health checks", BUSY_RETRY_AFTER_S
+                    )
             except Malformed as e:
                 kind = "protocol"
                 error = UpstreamBroken(f"the upstream's answer was not valid HTTP: {e}")
@@ -380,11 +392,16 @@ class Upstreams:
                 if response is not None:
                     response.close()
                 raise
+            finally:
+                awaiting.discard(wait)
             self._busy(endpoint, -1)
             if response is not None:
                 response.close()
             self.metrics.upstream_errors.labels(endpoint.pool, endpoint.name, kind).inc()
-            if kind == "busy":  # overloaded, not broken: less traffic for a while, no ejection
+            # overloaded, not broken: less traffic for a while, no ejection. A first byte that did not
+            # come while vLLM queued requests is its queue's wait: ejecting the endpoint for that would
+            # pile its load on the others, each in turn, and an overloaded pool would flap
+            if kind == "busy" or (kind == "timeout" and endpoint.queueing):
                 endpoint.mark_busy(self.settings.health)
             elif kind != "model_missing":  # it serves its other models
                 self.failed(endpoint, sent_at)

@@ -32,13 +32,25 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
             cause = f"answered {resp.status_code}"
     except (httpx.HTTPError, OSError) as e:  # OSError: a socket or TLS error the transport let through
         ok, cause = False, failure(e, health.timeout_s)
+    if ok and endpoint.stalled:  # its server answers; its engine hangs (the scrape said so and why)
+        ok, cause = False, "its engine takes no step"
     if ok != endpoint.healthy:
         if ok:
             log.warning("endpoint %s/%s is healthy", endpoint.pool, endpoint.name)
         else:
             # The operator's first question is which server and why: its URL and the cause, in the log only.
             log.warning("endpoint %s/%s is unhealthy: GET %s: %s", endpoint.pool, endpoint.name, url, cause)
+    was = endpoint.healthy
     endpoint.healthy = ok
+    # it stopped answering: what waits on it moves (a request sent to it while it failed, in panic
+    # mode, for want of any other, stays)
+    if was and not ok and (moved := endpoint.unanswering()):
+        log.warning(
+            "endpoint %s/%s: %d request(s) waiting for its answer sent elsewhere",
+            endpoint.pool,
+            endpoint.name,
+            moved,
+        )
     if ok and endpoint.ejected():
         log.warning("endpoint %s/%s passed its health check: ejection ended", endpoint.pool, endpoint.name)
         endpoint.end_ejection()

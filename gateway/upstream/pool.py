@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gateway.config import HealthConfig, PoolName
+from gateway.upstream.deadline import Wait
 
 
 @dataclass(eq=False)
@@ -43,6 +44,28 @@ class Endpoint:
     # set by routing when this endpoint's measured acceptance is far below its peers' (a bad draft
     # model on one replica): picked only when no peer is, or as one of the probes
     demoted: bool = False
+    # its server had requests waiting in its own queue at its last scrape (vLLM's num_requests_waiting):
+    # a first byte that does not come in time is then its queue's wait, overload rather than a fault
+    queueing: bool = False
+    # its engine holds requests running and takes no step (see gateway.upstream.scrape): its health
+    # checks fail while this lasts, whatever its /health says
+    stalled: bool = False
+    # the requests waiting for this endpoint's first response byte (see :meth:`unanswering`)
+    awaiting: set[Wait] = field(default_factory=set, repr=False)
+
+    def unanswering(self) -> int:
+        """The endpoint failed its health check: the requests still waiting for its first byte stop
+        waiting (each as if its time ran out) and go elsewhere; return how many did.
+
+        Nothing of their answers has reached a client. A frozen server (a stopped process, a hung
+        engine) accepts connections and answers nothing, and a non-streamed request, whose first byte
+        comes only with its whole answer, would otherwise wait there up to ``timeouts.total_s``.
+        """
+        waits = list(self.awaiting)
+        self.awaiting.clear()
+        for wait in waits:
+            wait.cut()
+        return len(waits)
 
     def available(self, now: float | None = None) -> bool:
         if not self.healthy or self.draining:

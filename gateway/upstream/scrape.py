@@ -45,6 +45,8 @@ _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 _STEP_FAMILIES = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")  # newest first
 _STEP_SUMS = tuple(f + "_sum" for f in _STEP_FAMILIES)
 _STEP_COUNTS = tuple(f + "_count" for f in _STEP_FAMILIES)
+# one sample per engine step, prefill steps included: what tells an engine that steps from one that hangs
+_ITERATIONS = "vllm:iteration_tokens_total_count"
 MIN_STEPS = 20
 """Engine steps an interval must hold for its mean step time to count (fewer are one request's noise)."""
 UNREAD_STEPS = 64
@@ -59,7 +61,7 @@ _FAMILIES = (
     "vllm:gpu_cache_usage_perc",
 )
 # the histograms' sum and count only (their buckets are most of the page), read as untyped samples
-_KEEP = _FAMILIES + tuple(f"# TYPE {name}" for name in _FAMILIES) + _STEP_SUMS + _STEP_COUNTS
+_KEEP = _FAMILIES + tuple(f"# TYPE {name}" for name in _FAMILIES) + _STEP_SUMS + _STEP_COUNTS + (_ITERATIONS,)
 
 
 def _wanted(text: str) -> str:
@@ -85,6 +87,7 @@ class Reading:
     kv_usage: float | None = None
     step_seconds: float | None = None  # the inter-token latency histogram's sum ...
     steps: float | None = None  # ... and count
+    iterations: float | None = None  # engine steps, prefill ones included (vllm:iteration_tokens_total)
 
 
 class StepTime(NamedTuple):
@@ -117,6 +120,7 @@ def parse(text: str, at: float = 0.0) -> Reading:
                 or name in _KV
                 or name in _STEP_SUMS
                 or name in _STEP_COUNTS
+                or name == _ITERATIONS
             ):
                 sums[name] = sums.get(name, 0.0) + s.value
     kv = next((sums[n] for n in _KV if n in sums), None)
@@ -134,6 +138,7 @@ def parse(text: str, at: float = 0.0) -> Reading:
         kv,
         None if named is None else sums[_STEP_SUMS[named]],
         None if named is None else sums[_STEP_COUNTS[named]],
+        sums.get(_ITERATIONS),
     )
 
 
@@ -224,6 +229,8 @@ class EndpointScrape:
     failures: int = 0
     error: str | None = None
     told_k: bool = False  # the log said its counters' k differs from the configured one
+    # since when its engine has held requests running without taking a step (None: it steps, or is idle)
+    still_since: float | None = None
 
     @property
     def k(self) -> int | None:
@@ -251,6 +258,23 @@ class EndpointScrape:
         arrival and the engine's next step (vLLM counts those as waiting too)."""
         return bool(self.reading and self.reading.waiting and self.previous and self.previous.waiting)
 
+    def stalled(self, reading: Reading) -> float | None:
+        """How long the engine has held requests running without taking a step, as of ``reading``
+        (None while it steps or is idle, or when its page has no step count). Call before :meth:`update`."""
+        before = self.reading
+        count = reading.iterations if reading.iterations is not None else reading.steps
+        last = (
+            None
+            if before is None
+            else (before.iterations if reading.iterations is not None else before.steps)
+        )
+        if not reading.running or count is None or last is None or count != last:
+            self.still_since = None
+            return None
+        if self.still_since is None:
+            self.still_since = before.at if before is not None else reading.at
+        return reading.at - self.still_since
+
     def update(self, reading: Reading, k: int | None) -> None:
         iv = interval(self.reading, reading, k)
         if iv is not None:
@@ -269,6 +293,13 @@ class EndpointScrape:
         elif self.capacity is not None and running > self.capacity:
             self.capacity = running
         self.last_at = reading.at
+        # a queue behind an engine that steps: overload. One that stopped stepping (a hung engine whose
+        # server still answers) is not excused its time-outs
+        before = self.previous
+        stepping = (
+            before is None or before.steps is None or reading.steps is None or reading.steps > before.steps
+        )
+        self.endpoint.queueing = bool(reading.waiting) and stepping
         self.failures = 0
         self.error = None
         in_engine = (reading.running or 0.0) + (reading.waiting or 0.0)
@@ -330,6 +361,8 @@ class Scraper:
     metrics: Metrics
     interval_s: float
     timeout_s: float = 2.0
+    # an engine that holds requests running and takes no step for this long is hung (None: not judged)
+    stall_s: float | None = None
     by_endpoint: dict[int, EndpointScrape] = field(default_factory=dict)
     rounds: int = 0  # scrape rounds done: what routing reads once per round, it reads when this moves
     # each endpoint's scrape still under way, by id(endpoint): a slow one outlives its round
@@ -413,9 +446,14 @@ class Scraper:
             resp.raise_for_status()
             reading = parse(resp.text, time.monotonic())
         except (httpx.HTTPError, ValueError) as e:
+            ep.queueing = False  # unknown: its time-outs count as faults again
+            if ep.stalled:  # unknown too: its health checks decide alone
+                ep.stalled = False
+                state.still_since = None
             state.failures += 1
             state.error = type(e).__name__
             return
+        self._judge_stall(ep, state, reading)
         pool = self.pools.get(ep.pool)
         configured = pool.num_speculative_tokens if pool else None
         state.update(reading, configured)
@@ -433,6 +471,34 @@ class Scraper:
                 configured,
                 configured,
             )
+
+    def _judge_stall(self, ep: Endpoint, state: EndpointScrape, reading: Reading) -> None:
+        """Take an endpoint whose engine hangs out of rotation, and back once it steps again.
+
+        A hung engine (a stuck collective, a wedged device) behind a server that still answers passes
+        its health checks: ``/health`` and ``/metrics`` come from the API server, and the running gauge
+        stays where it was. Its step count does not move: with requests running, no step for
+        :attr:`stall_s` takes the endpoint out (its health checks fail while it lasts) and sends the
+        requests waiting on it for a first byte elsewhere.
+        """
+        still = state.stalled(reading)
+        hung = self.stall_s is not None and still is not None and still >= self.stall_s
+        if hung and not ep.stalled:
+            ep.stalled = True
+            moved = ep.unanswering()
+            ep.healthy = False
+            log.warning(
+                "endpoint %s/%s is unhealthy: its engine took no step for %.0f s with %d request(s) running;"
+                " %d request(s) waiting for its answer sent elsewhere",
+                ep.pool,
+                ep.name,
+                still,
+                int(reading.running or 0),
+                moved,
+            )
+        elif not hung and ep.stalled:
+            ep.stalled = False  # its next health check brings it back
+            log.warning("endpoint %s/%s: its engine steps again", ep.pool, ep.name)
 
     def export(self) -> None:
         """Refresh the scrape gauges (also called when ``/metrics`` is rendered, for the age)."""

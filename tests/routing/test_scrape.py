@@ -230,6 +230,104 @@ def test_capacity_is_learned_while_queueing():
     assert not state.queued and state.capacity == 4
 
 
+def test_the_endpoint_is_told_its_server_queues_while_its_engine_steps():
+    """What forwarding reads to tell a first byte late behind vLLM's queue from a fault."""
+    from gateway.upstream.scrape import EndpointScrape
+
+    endpoint = Endpoint("speculative", "s0", "http://s0")
+    state = EndpointScrape(endpoint)
+    state.update(Reading(1.0, running=4, waiting=3, steps=100.0, step_seconds=1.0), None)
+    assert endpoint.queueing
+    state.update(Reading(2.0, running=4, waiting=3, steps=180.0, step_seconds=2.0), None)
+    assert endpoint.queueing
+    # the engine took no step since: a hung engine behind a server that still answers, not a queue
+    state.update(Reading(3.0, running=4, waiting=5, steps=180.0, step_seconds=2.0), None)
+    assert not endpoint.queueing
+    state.update(Reading(4.0, running=2, waiting=0, steps=260.0, step_seconds=3.0), None)
+    assert not endpoint.queueing
+
+
+def test_a_failed_scrape_leaves_no_queue_said():
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    scraper, (s0, _) = _scraper(handler)
+    s0.queueing = True
+    asyncio.run(scraper.scrape_once())
+    assert not s0.queueing
+
+
+def test_an_engine_that_holds_requests_and_takes_no_step_is_taken_out_until_it_steps_again(caplog):
+    """A hung engine behind a server that still answers (real vLLM with its engine process stopped:
+    ``/health`` 200, ``/metrics`` with the running gauge where it was) is found by its step count."""
+    from gateway.config import HealthConfig
+    from gateway.upstream.deadline import Deadlines
+    from gateway.upstream.health import check
+
+    page = {"running": 4, "steps": 100}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        text = (
+            f'vllm:num_requests_running{{engine="0"}} {page["running"]}\n'
+            f'vllm:iteration_tokens_total_count{{engine="0"}} {page["steps"]}\n'
+        )
+        return httpx.Response(200, text=text)
+
+    scraper, (s0, _) = _scraper(handler)
+    scraper.stall_s = 0.05
+    health = HealthConfig()
+
+    async def go() -> None:
+        async def waiting() -> None:
+            wait = Deadlines(60).wait()  # as forwarding waits for a first byte
+            s0.awaiting.add(wait)
+            with wait:
+                await asyncio.sleep(30)
+
+        task = asyncio.create_task(waiting())
+        await asyncio.sleep(0)
+        await scraper.scrape_once()
+        assert not s0.stalled and s0.healthy
+        await asyncio.sleep(0.06)
+        await scraper.scrape_once()  # the same step count with requests running, for longer than stall_s
+        assert s0.stalled and not s0.healthy and not s0.available()
+        with pytest.raises(TimeoutError):  # the request waiting on it goes elsewhere
+            await task
+        assert not await check(scraper.client, s0, health)  # its /health answering 200 does not help
+        page["steps"] = 130
+        await scraper.scrape_once()
+        assert not s0.stalled
+        assert await check(scraper.client, s0, health) and s0.available()
+        # idle: no request running, no step: nothing hangs
+        page["running"] = 0
+        for _ in range(2):
+            await asyncio.sleep(0.06)
+            await scraper.scrape_once()
+            assert not s0.stalled
+
+    with caplog.at_level("WARNING", logger="specroute.scrape"):
+        asyncio.run(go())
+    said = [
+        r.getMessage() for r in caplog.records if r.name == "specroute.scrape" and "/s0" in r.getMessage()
+    ]
+    assert said[0].startswith("endpoint speculative/s0 is unhealthy: its engine took no step for 0 s with 4")
+    assert said[0].endswith("1 request(s) waiting for its answer sent elsewhere")
+    assert said[1:] == ["endpoint speculative/s0: its engine steps again"]
+
+
+def test_without_a_stall_limit_or_a_step_count_no_engine_is_judged():
+    from gateway.upstream.scrape import EndpointScrape
+
+    state = EndpointScrape(Endpoint("speculative", "s0", "http://s0"))
+    assert state.stalled(Reading(1.0, running=4)) is None
+    state.update(Reading(1.0, running=4), None)
+    assert state.stalled(Reading(50.0, running=4)) is None  # no step count on the page
+    state.update(Reading(50.0, running=4, iterations=10.0), None)
+    assert state.stalled(Reading(60.0, running=4, iterations=10.0)) == 10.0
+
+
 def test_a_request_waiting_for_the_next_step_is_not_a_queue():
     from gateway.upstream.scrape import EndpointScrape
 

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 
 import aiohttp
 import httpx
+import orjson
 import pytest
 from httpx_aiohttp import AiohttpTransport
 
-from gateway.config import HealthConfig
+from gateway.api.errors import from_upstream
+from gateway.config import HealthConfig, load_settings
+from gateway.errors import Unreachable
+from gateway.upstream.deadline import Deadlines
 from gateway.upstream.health import check, check_all
 from gateway.upstream.pool import Endpoint, Pool
+from tests.upstream.scripted import Script, serving
+from tests.upstream.wiring import upstreams_for
 
 
 def _refusing_url() -> str:
@@ -84,3 +91,100 @@ async def test_a_check_that_fails_unforeseen_stops_neither_the_round_nor_the_oth
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage() for r in errors] == ["health check of baseline/odd-0 failed"]
     assert errors[0].exc_info is not None and "a bug beneath the client" in str(errors[0].exc_info[1])
+
+
+async def test_a_request_waiting_on_an_endpoint_that_fails_its_health_check_is_sent_elsewhere() -> None:
+    """A frozen server (a stopped process, a hung engine) accepts the connection and answers nothing. A
+    non-streamed request sends its first byte only with its whole answer, so it would wait out
+    ``timeouts.total_s`` there (600 s by default) while the health checks already know: the check that
+    finds the endpoint unhealthy sends what waits on it to another endpoint at once."""
+    script = Script(["stall_head", "ok"])
+    async with serving(script, "base-a", "base-b") as servers:
+        settings = load_settings(
+            overrides={
+                "pools": {
+                    "speculative": {
+                        "endpoints": [{"name": "spec-a", "url": servers[0].url}],
+                        "models": ["m"],
+                    },
+                    "baseline": {
+                        "endpoints": [{"name": s.name, "url": s.url} for s in servers],
+                        "models": ["m"],
+                    },
+                },
+                "logging": {"access_log": False},
+            }
+        )
+        total_s = settings.timeouts.total_s
+        async with upstreams_for(settings) as upstreams:
+            body = b'{"model":"m","prompt":"hi","max_tokens":2}'
+            headers = {"content-type": "application/json"}
+            fetch = asyncio.create_task(
+                upstreams.fetch("/v1/completions", body, headers, "baseline", False, total_s)
+            )
+            while not script.log:  # noqa: ASYNC110 - the scripted server sets no event
+                await asyncio.sleep(0.01)
+            frozen = next(e for e in upstreams.pools["baseline"].endpoints if e.name == script.log[0][0])
+            assert frozen.awaiting
+
+            def hang(request: httpx.Request) -> httpx.Response:
+                raise httpx.ReadTimeout("timed out", request=request)
+
+            async with httpx.AsyncClient(transport=httpx.MockTransport(hang)) as client:
+                assert not await check(client, frozen, HealthConfig())
+            # a hang guard only: the answer comes at once from the other endpoint
+            sent, content = await asyncio.wait_for(fetch, 30)
+    assert sent.endpoint is not frozen and sent.retries == 1
+    assert orjson.loads(content)["choices"]
+    assert [server for server, _ in script.log] == [frozen.name, sent.endpoint.name]
+    assert not frozen.awaiting and not sent.endpoint.awaiting
+    errors = upstreams.metrics.upstream_errors.labels("baseline", frozen.name, "unhealthy")
+    assert errors._value.get() == 1
+
+
+async def test_with_no_other_endpoint_the_cut_request_is_told_to_come_back_not_that_it_timed_out() -> None:
+    """Its wait was cut long before any time limit: a 503 with Retry-After, not a 504."""
+    script = Script(["stall_head"])
+    async with serving(script, "base-a") as servers:
+        pool = {"endpoints": [{"name": "base-a", "url": servers[0].url}], "models": ["m"]}
+        overrides = {"pools": {"speculative": pool, "baseline": pool}, "logging": {"access_log": False}}
+        settings = load_settings(overrides=overrides)
+        async with upstreams_for(settings) as upstreams:
+            body = b'{"model":"m","prompt":"hi","max_tokens":2}'
+            fetch = asyncio.create_task(upstreams.fetch("/v1/completions", body, {}, "baseline", False))
+            while not script.log:  # noqa: ASYNC110 - the scripted server sets no event
+                await asyncio.sleep(0.01)
+            frozen = upstreams.pools["baseline"].endpoints[0]
+
+            def hang(request: httpx.Request) -> httpx.Response:
+                raise httpx.ReadTimeout("timed out", request=request)
+
+            async with httpx.AsyncClient(transport=httpx.MockTransport(hang)) as client:
+                assert not await check(client, frozen, HealthConfig())
+            with pytest.raises(Unreachable) as e:
+                await asyncio.wait_for(fetch, 30)
+    assert e.value.retry_after_s == 1 and "health checks" in e.value.message
+    assert from_upstream(e.value).status == 503
+
+
+async def test_a_request_sent_to_an_endpoint_already_failing_its_checks_is_left_to_its_time_limit() -> None:
+    """Panic mode sends a request to an endpoint that fails its checks when no other is usable: a later
+    failing check of the same endpoint does not cut it (only the turn from healthy to unhealthy does)."""
+    endpoint = Endpoint(pool="baseline", name="base-0", base_url="http://base-0:8000")
+    endpoint.healthy = False
+    wait = Deadlines(60).wait
+    task_waits = []
+
+    async def waiting() -> None:
+        w = wait()
+        task_waits.append(w)
+        endpoint.awaiting.add(w)
+        with w:
+            await asyncio.sleep(0.2)
+
+    task = asyncio.create_task(waiting())
+    await asyncio.sleep(0)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(500))) as client:
+        assert not await check(client, endpoint, HealthConfig())
+    await task  # ended by itself, not cut
+    assert not task_waits[0].expired

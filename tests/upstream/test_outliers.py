@@ -140,6 +140,33 @@ async def test_a_500_counts_toward_ejection():
         assert _sample(upstreams, "specroute_upstream_ejections_total", **labels) == 1
 
 
+@pytest.mark.parametrize("queueing", [True, False])
+async def test_a_first_byte_late_behind_vllms_own_queue_is_busy_not_a_fault(queueing):
+    """An overloaded vLLM queues requests (``num_requests_waiting`` > 0) and sends a stream's first byte
+    only once it runs it: a first-byte time-out then is its queue's wait. The endpoint gets less traffic
+    for a while; ejecting it would pile its queue on the others, each in turn, and the pool would flap.
+    Without a queue in sight the same time-out counts toward ejection, as before."""
+    extra = {"health": {"eject_after_failures": 1}, "timeouts": {"first_byte_s": 0.2}}
+    async with _upstreams(["stall_head", "ok"], **extra) as (upstreams, script):
+        pool = upstreams.pools["baseline"]
+        for ep in pool.endpoints:
+            ep.queueing = queueing
+        endpoint, _ = await _complete_streamed(upstreams)
+        late = next(ep for ep in pool.endpoints if ep.name == script.log[0][0])
+        assert endpoint is not late
+        labels = {"pool": "baseline", "endpoint": late.name}
+        assert _sample(upstreams, "specroute_upstream_errors_total", kind="timeout", **labels) == 1
+        assert late.ejected() is not queueing
+        assert (late.busy_until > time.monotonic()) is queueing
+
+
+async def _complete_streamed(upstreams: Upstreams) -> tuple[Endpoint, bytes]:
+    body = b'{"stream":true}'
+    sent = await upstreams.send("/v1/completions", body, {}, "baseline", allow_failover=False)
+    sent.response.close()
+    return sent.endpoint, sent.first
+
+
 async def test_with_every_endpoint_out_requests_are_sent_anyway_in_panic_mode():
     async with _upstreams(["ok"]) as (upstreams, _):
         for ep in upstreams.pools["baseline"].endpoints:

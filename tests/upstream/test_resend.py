@@ -8,6 +8,7 @@ with its own retries off, so every failure the gateway lets through is seen.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -329,6 +330,33 @@ async def test_a_client_told_busy_is_told_when_to_come_back(answer, status, retr
         assert e.value.status_code == (502 if status == 500 else status)
         assert e.value.response.headers.get("retry-after") == retry_after
         assert len(script.log) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_whose_every_endpoint_refused_is_told_when_to_come_back(stream):
+    """Every endpoint refused the connection (the pools restarting, a whole deployment rolled at once):
+    the 503 carries Retry-After as one for no endpoint at all does, so that the SDKs' retry waits a
+    second rather than its own back-off."""
+
+    def refusing() -> dict[str, str]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return {"name": f"e{s.getsockname()[1]}", "url": f"http://127.0.0.1:{s.getsockname()[1]}"}
+
+    pools = {
+        name: {"endpoints": [refusing(), refusing()], "models": ["m"]} for name in ("speculative", "baseline")
+    }
+    settings = load_settings(
+        overrides={"pools": pools, "logging": {"access_log": False}, "health": {"interval_s": 60}}
+    )
+    async with (
+        serving_gateway(settings) as url,
+        openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30) as client,
+    ):
+        with pytest.raises(openai.APIStatusError) as e:
+            await client.completions.create(model="m", prompt="hi", max_tokens=2, stream=stream)
+    assert e.value.status_code == 503
+    assert e.value.response.headers.get("retry-after") == "1"
 
 
 @pytest.mark.parametrize(
