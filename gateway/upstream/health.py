@@ -42,9 +42,14 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
             log.warning("endpoint %s/%s is unhealthy: GET %s: %s", endpoint.pool, endpoint.name, url, cause)
     was = endpoint.healthy
     endpoint.healthy = ok
-    # it stopped answering: what waits on it moves (a request sent to it while it failed, in panic
-    # mode, for want of any other, stays)
-    if was and not ok and (moved := endpoint.unanswering()):
+    # It stopped answering: what waited on it moves, at the second failed check in a row. One slow
+    # /health (a busy API server) takes it out of rotation but does not throw away the work running
+    # there; a frozen server fails the next check too. A request sent to it while it failed (panic
+    # mode, for want of any other) stays. A hung engine the scrape sees moves its requests at once.
+    suspects, endpoint.suspects = endpoint.suspects, None
+    if not ok and was:
+        endpoint.suspects = set(endpoint.awaiting)
+    elif not ok and suspects and (moved := endpoint.unanswering(suspects)):
         log.warning(
             "endpoint %s/%s: %d request(s) waiting for its answer sent elsewhere",
             endpoint.pool,

@@ -52,17 +52,20 @@ class Endpoint:
     stalled: bool = False
     # the requests waiting for this endpoint's first response byte (see :meth:`unanswering`)
     awaiting: set[Wait] = field(default_factory=set, repr=False)
+    # those that waited on it when it failed its first health check after passing: moved if the next
+    # check fails too (see gateway.upstream.health)
+    suspects: set[Wait] | None = field(default=None, repr=False)
 
-    def unanswering(self) -> int:
-        """The endpoint failed its health check: the requests still waiting for its first byte stop
-        waiting (each as if its time ran out) and go elsewhere; return how many did.
+    def unanswering(self, only: set[Wait] | None = None) -> int:
+        """The endpoint stopped answering: the requests still waiting for its first byte (of ``only``,
+        when given) stop waiting (each as if its time ran out) and go elsewhere; return how many did.
 
         Nothing of their answers has reached a client. A frozen server (a stopped process, a hung
         engine) accepts connections and answers nothing, and a non-streamed request, whose first byte
         comes only with its whole answer, would otherwise wait there up to ``timeouts.total_s``.
         """
-        waits = list(self.awaiting)
-        self.awaiting.clear()
+        waits = list(self.awaiting if only is None else self.awaiting & only)
+        self.awaiting.difference_update(waits)
         for wait in waits:
             wait.cut()
         return len(waits)

@@ -96,8 +96,8 @@ async def test_a_check_that_fails_unforeseen_stops_neither_the_round_nor_the_oth
 async def test_a_request_waiting_on_an_endpoint_that_fails_its_health_check_is_sent_elsewhere() -> None:
     """A frozen server (a stopped process, a hung engine) accepts the connection and answers nothing. A
     non-streamed request sends its first byte only with its whole answer, so it would wait out
-    ``timeouts.total_s`` there (600 s by default) while the health checks already know: the check that
-    finds the endpoint unhealthy sends what waits on it to another endpoint at once."""
+    ``timeouts.total_s`` there (600 s by default) while the health checks already know: the second
+    failed check in a row sends what waited on it at the first to another endpoint at once."""
     script = Script(["stall_head", "ok"])
     async with serving(script, "base-a", "base-b") as servers:
         settings = load_settings(
@@ -132,6 +132,9 @@ async def test_a_request_waiting_on_an_endpoint_that_fails_its_health_check_is_s
 
             async with httpx.AsyncClient(transport=httpx.MockTransport(hang)) as client:
                 assert not await check(client, frozen, HealthConfig())
+                await asyncio.sleep(0.05)
+                assert not fetch.done() and frozen.awaiting  # one slow check may be a busy server
+                assert not await check(client, frozen, HealthConfig())
             # a hang guard only: the answer comes at once from the other endpoint
             sent, content = await asyncio.wait_for(fetch, 30)
     assert sent.endpoint is not frozen and sent.retries == 1
@@ -161,10 +164,41 @@ async def test_with_no_other_endpoint_the_cut_request_is_told_to_come_back_not_t
 
             async with httpx.AsyncClient(transport=httpx.MockTransport(hang)) as client:
                 assert not await check(client, frozen, HealthConfig())
+                assert not await check(client, frozen, HealthConfig())
             with pytest.raises(Unreachable) as e:
                 await asyncio.wait_for(fetch, 30)
     assert e.value.retry_after_s == 1 and "health checks" in e.value.message
     assert from_upstream(e.value).status == 503
+
+
+async def test_one_slow_health_check_does_not_throw_away_the_work_waiting_there() -> None:
+    """A busy API server may answer one /health late: the endpoint leaves the rotation, but the requests
+    it is working on are not sent again elsewhere (their work would be lost and done twice) unless the
+    next check fails too."""
+    script = Script(["slow_ok"])
+    async with serving(script, "base-a", "base-b") as servers:
+        pool = {"endpoints": [{"name": s.name, "url": s.url} for s in servers], "models": ["m"]}
+        overrides = {"pools": {"speculative": pool, "baseline": pool}, "logging": {"access_log": False}}
+        settings = load_settings(overrides=overrides)
+        async with upstreams_for(settings) as upstreams:
+            body = b'{"model":"m","prompt":"hi","max_tokens":2}'
+            fetch = asyncio.create_task(upstreams.fetch("/v1/completions", body, {}, "baseline", False))
+            while not script.log:  # noqa: ASYNC110 - the scripted server sets no event
+                await asyncio.sleep(0.01)
+            busy = next(e for e in upstreams.pools["baseline"].endpoints if e.name == script.log[0][0])
+
+            def slow(request: httpx.Request) -> httpx.Response:
+                raise httpx.ReadTimeout("timed out", request=request)
+
+            async with httpx.AsyncClient(transport=httpx.MockTransport(slow)) as client:
+                assert not await check(client, busy, HealthConfig())
+            async with httpx.AsyncClient(
+                transport=httpx.MockTransport(lambda r: httpx.Response(200))
+            ) as client:
+                assert await check(client, busy, HealthConfig())
+            sent, content = await asyncio.wait_for(fetch, 30)
+    assert sent.endpoint is busy and sent.retries == 0 and orjson.loads(content)["choices"]
+    assert len(script.log) == 1 and busy.suspects is None
 
 
 async def test_a_request_sent_to_an_endpoint_already_failing_its_checks_is_left_to_its_time_limit() -> None:
