@@ -417,13 +417,7 @@ class CycleWriter:
     def end(self) -> bool:
         """End a chunked response (the last, empty piece), or return False where only a message may."""
         cycle = self._cycle
-        if (
-            cycle.chunked_encoding is not True
-            or cycle.response_complete
-            or cycle.disconnected
-            or cycle.flow.write_paused
-            or cycle.scope["method"] == "HEAD"
-        ):
+        if not self._chunks_open(cycle):
             return False
         cycle.transport.write(b"0\r\n\r\n")
         self._complete()
@@ -431,17 +425,23 @@ class CycleWriter:
 
     def write(self, body: bytes) -> bool:
         cycle = self._cycle
-        if (
+        if not self._chunks_open(cycle):
+            return False
+        if body:
+            cycle.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
+        return True
+
+    @staticmethod
+    def _chunks_open(cycle: RequestResponseCycle) -> bool:
+        """Whether uvicorn's ``send`` would write a chunked body's piece (or its end) at once: the response
+        chunked and not over, the client connected and reading, the request not HEAD."""
+        return not (
             cycle.chunked_encoding is not True
             or cycle.response_complete
             or cycle.disconnected
             or cycle.flow.write_paused
             or cycle.scope["method"] == "HEAD"
-        ):
-            return False
-        if body:
-            cycle.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
-        return True
+        )
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]], length: int | None) -> bytes | None:
         """The head uvicorn writes for a start message with ``headers``, the response marked started; or

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import httptools
 
+from tests.upstream.relay_cost import harness_settings
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT.parent / "shared" / "tools" / "peer_bench"
 HOME = Path(os.environ.get("PEER_BENCH_HOME", "/tmp/peer-bench"))
@@ -101,15 +103,8 @@ def _command(peer: str, port: int, upstream: str, tmp: Path, parts: bool = False
             str(port),
             upstream,
         ]
-    pools = {
-        name: {"endpoints": [{"name": f"{name[:4]}-0", "url": upstream}], "models": ["stub-model"]}
-        for name in ("speculative", "baseline")
-    }
-    pools["speculative"]["num_speculative_tokens"] = 7
     settings = {
-        "server": {"host": "127.0.0.1", "port": port, "workers": 1},
-        "pools": pools,
-        "logging": {"level": "warning"},
+        **harness_settings(port, upstream),
         "health": {"interval_s": 3600.0},
         "routing": {"scrape_interval_s": 3600.0, "strategy": "always-baseline", "seed": 1},
     }

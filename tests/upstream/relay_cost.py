@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -160,19 +161,23 @@ def _command(peer: str, port: int, upstream: str, tmp: Path, here: bool) -> list
         return [sys.executable, "-m", "tests.upstream.floor_proxies", mode, str(port), upstream]
     if not here:
         return ["bash", str(BENCH / "run_specroute.sh"), str(port), upstream]
-    pools = {
+    config = tmp / "specroute.yaml"
+    config.write_text(json.dumps(harness_settings(port, upstream)))  # JSON is YAML
+    return [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+
+
+def harness_settings(port: int, upstream: str) -> dict[str, Any]:
+    """The gateway's configuration as ``run_specroute.sh`` writes it: both pools at ``upstream``."""
+    pools: dict[str, dict[str, Any]] = {
         name: {"endpoints": [{"name": f"{name[:4]}-0", "url": upstream}], "models": ["stub-model"]}
         for name in ("speculative", "baseline")
     }
     pools["speculative"]["num_speculative_tokens"] = 7
-    settings = {
+    return {
         "server": {"host": "127.0.0.1", "port": port, "workers": 1},
         "pools": pools,
         "logging": {"level": "warning"},
     }
-    config = tmp / "specroute.yaml"
-    config.write_text(json.dumps(settings))  # JSON is YAML
-    return [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
 
 
 def _event_loop_instructions(counts: Path) -> int:

@@ -63,7 +63,7 @@ async def test_silence_names_the_time_out_setting(caplog: pytest.LogCaptureFixtu
         raise httpx.ReadTimeout("timed out", request=request)
 
     endpoint = Endpoint(pool="baseline", name="base-0", base_url="http://base-0:8000")
-    async with httpx.AsyncClient(transport=httpx.MockTransport(hang)) as client:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(_timed_out)) as client:
         with caplog.at_level(logging.WARNING, logger="specroute.health"):
             assert not await check(client, endpoint, HealthConfig(timeout_s=1.5))
     assert caplog.records[0].getMessage().endswith(": no answer within 1.5 s (health.timeout_s)")
@@ -91,6 +91,11 @@ async def test_a_check_that_fails_unforeseen_stops_neither_the_round_nor_the_oth
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage() for r in errors] == ["health check of baseline/odd-0 failed"]
     assert errors[0].exc_info is not None and "a bug beneath the client" in str(errors[0].exc_info[1])
+
+
+def _timed_out(request: httpx.Request) -> httpx.Response:
+    """A health check that gets no answer in time (a frozen server, or a busy one)."""
+    raise httpx.ReadTimeout("timed out", request=request)
 
 
 async def test_a_request_waiting_on_an_endpoint_that_fails_its_health_check_is_sent_elsewhere() -> None:
@@ -127,10 +132,7 @@ async def test_a_request_waiting_on_an_endpoint_that_fails_its_health_check_is_s
             frozen = next(e for e in upstreams.pools["baseline"].endpoints if e.name == script.log[0][0])
             assert frozen.awaiting
 
-            def hang(request: httpx.Request) -> httpx.Response:
-                raise httpx.ReadTimeout("timed out", request=request)
-
-            async with httpx.AsyncClient(transport=httpx.MockTransport(hang)) as client:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(_timed_out)) as client:
                 assert not await check(client, frozen, HealthConfig())
                 await asyncio.sleep(0.05)
                 assert not fetch.done() and frozen.awaiting  # one slow check may be a busy server
@@ -159,10 +161,7 @@ async def test_with_no_other_endpoint_the_cut_request_is_told_to_come_back_not_t
                 await asyncio.sleep(0.01)
             frozen = upstreams.pools["baseline"].endpoints[0]
 
-            def hang(request: httpx.Request) -> httpx.Response:
-                raise httpx.ReadTimeout("timed out", request=request)
-
-            async with httpx.AsyncClient(transport=httpx.MockTransport(hang)) as client:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(_timed_out)) as client:
                 assert not await check(client, frozen, HealthConfig())
                 assert not await check(client, frozen, HealthConfig())
             with pytest.raises(Unreachable) as e:
@@ -187,10 +186,7 @@ async def test_one_slow_health_check_does_not_throw_away_the_work_waiting_there(
                 await asyncio.sleep(0.01)
             busy = next(e for e in upstreams.pools["baseline"].endpoints if e.name == script.log[0][0])
 
-            def slow(request: httpx.Request) -> httpx.Response:
-                raise httpx.ReadTimeout("timed out", request=request)
-
-            async with httpx.AsyncClient(transport=httpx.MockTransport(slow)) as client:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(_timed_out)) as client:
                 assert not await check(client, busy, HealthConfig())
             async with httpx.AsyncClient(
                 transport=httpx.MockTransport(lambda r: httpx.Response(200))
