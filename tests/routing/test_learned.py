@@ -78,7 +78,13 @@ def test_a_restarted_policy_routes_as_the_one_that_learned(tmp_path: Path) -> No
         before.model.base_steps
     )
     assert fresh.residence_s == before.residence_s and fresh.mean_tokens == before.mean_tokens
-    assert fresh.estimates.snapshot()["kinds"] == before.estimates.snapshot()["kinds"]
+    # evidence fades with the time between the save and the load (milliseconds here, more on a busy
+    # machine); everything else about each kind comes back as it was
+    restored, taught = fresh.estimates.snapshot()["kinds"], before.estimates.snapshot()["kinds"]
+    assert [k.pop("evidence") for k in restored] == pytest.approx(
+        [k.pop("evidence") for k in taught], abs=0.01
+    )
+    assert restored == taught
     assert "restored 10 acceptance updates" in keeper.restored
 
 
