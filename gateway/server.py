@@ -86,7 +86,40 @@ def app_from_env() -> ASGIApp:
     settings = load_settings(path)
     configure_logging(settings.logging.level)  # a spawned worker starts with Python's defaults
     guard_connections(settings.server)
-    return fast_path(create_app(settings))
+    app = create_app(settings)
+    drain_on_signals(app)
+    return fast_path(app)
+
+
+def drain_on_signals(app: FastAPI) -> None:
+    """In a worker: mark the gateway draining on SIGINT, SIGTERM and SIGHUP, and drain on SIGHUP too.
+
+    uvicorn's supervisor runs each worker with its own plain server, not :class:`DrainingServer`: the
+    worker's ``/ready`` said 200 while it drained, and SIGHUP's default action ended it at once, cutting
+    its streams (``pkill -HUP specroute``, or a service manager signalling every process of the unit,
+    reaches the workers as well as the supervisor). Called while that server loads the app, when its
+    handler is already on SIGTERM: each signal now marks the gateway draining, then goes to that handler,
+    which drains as for SIGTERM. The supervisor replaces a worker that ended on SIGHUP.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    stop = signal.getsignal(signal.SIGTERM)
+    if not callable(stop):
+        return  # not under a server that drains: nothing to hand the signal to
+
+    def handle(sig: int, frame: FrameType | None) -> None:
+        mark_draining(app)
+        stop(sig, frame)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handle)
+
+
+def mark_draining(app: FastAPI) -> None:
+    """``/ready`` says 503 from now on, so a load balancer still asking sends no new work here."""
+    gateway = getattr(app.state, "gateway", None)
+    if gateway is not None:
+        gateway.draining = True
 
 
 def guard_connections(server: ServerConfig) -> None:
@@ -289,7 +322,5 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(signal.SIGHUP, previous)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        gateway = getattr(self.app.state, "gateway", None)
-        if gateway is not None:
-            gateway.draining = True
+        mark_draining(self.app)
         super().handle_exit(sig, frame)

@@ -7,6 +7,7 @@ process must be gone in time even when a stream is longer than the grace period.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -229,6 +230,38 @@ def test_sighup_to_several_workers_replaces_them_one_at_a_time_with_the_changed_
         assert not stream.is_alive() and stream.error is None, stream.error
         assert stream.events()[-1] == b"[DONE]"
         assert gateway.popen.poll() is None  # still serving
+
+
+def _workers(supervisor: int) -> set[int]:
+    """The supervisor's worker processes (its other child is multiprocessing's resource tracker)."""
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    return {
+        int(pid) for pid in children if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    }
+
+
+def test_sighup_to_the_workers_themselves_drains_them_and_the_supervisor_replaces_them(emulator, workdir):
+    """``pkill -HUP specroute`` (or a service manager signalling every process) reaches the workers:
+    each drains as on SIGTERM (its stream ends whole) and the supervisor starts another in its place."""
+    config = _config(emulator, 20.0)
+    config["server"] = {**config["server"], "workers": 2}  # type: ignore[dict-item]
+    gateway = stack.start_gateway(config, workdir, "gateway-worker-hup")
+    with stack.running(gateway):
+        stream = _start_stream(gateway)
+        first = _workers(gateway.popen.pid)
+        assert len(first) == 2
+        for pid in first:
+            os.kill(pid, signal.SIGHUP)
+        stream.join(20)
+        assert not stream.is_alive() and stream.error is None, stream.error
+        assert stream.events()[-1] == b"[DONE]"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (len(now := _workers(gateway.popen.pid)) < 2 or now & first):
+            time.sleep(0.2)
+        assert len(now) == 2 and not now & first, (first, now)
+        r = httpx.post(gateway.url + "/v1/completions", json={**PLAIN, "max_tokens": 2}, timeout=30)
+        assert r.status_code == 200
+        assert gateway.popen.poll() is None  # the supervisor still serving
 
 
 PLAIN = {"model": MODEL, "prompt": "Tell a long story.", "max_tokens": TOKENS, "ignore_eos": True}
