@@ -38,10 +38,10 @@ def _send(url: str, n: int) -> list[str]:
     def one(i: int) -> str | None:
         rid = f"req-{i:04d}"
         body = {"model": MODEL, "prompt": f"Say {i}.", "max_tokens": 2}
-        resp = httpx.post(url + "/v1/completions", json=body, headers={"x-request-id": rid}, timeout=30)
+        resp = client.post(url + "/v1/completions", json=body, headers={"x-request-id": rid})
         return rid if resp.status_code == 200 else None
 
-    with ThreadPoolExecutor(8) as pool:
+    with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
         return [rid for rid in pool.map(one, range(n)) if rid]
 
 

@@ -115,8 +115,16 @@ def forced(pools, workdir) -> Iterator[stack.Process]:
         yield proc
 
 
-def _run(url: str, prompt: str, pool: str | None = None, max_tokens: int = 64, **extra) -> dict:
-    """One streamed request; TPOT from the server's token counts, as a client sees it."""
+def _run(
+    url: str,
+    prompt: str,
+    pool: str | None = None,
+    max_tokens: int = 64,
+    client: httpx.Client | None = None,
+    **extra,
+) -> dict:
+    """One streamed request; TPOT from the server's token counts, as a client sees it (on ``client``'s
+    connections when given, else on a connection of its own)."""
     payload = {
         "model": MODEL,
         "prompt": prompt,
@@ -129,7 +137,9 @@ def _run(url: str, prompt: str, pool: str | None = None, max_tokens: int = 64, *
     headers = {"x-specroute-pool": pool} if pool else {}
     t0 = time.perf_counter()
     first = usage = None
-    with httpx.stream("POST", url + "/v1/completions", json=payload, headers=headers, timeout=60) as r:
+    with (client or httpx).stream(
+        "POST", url + "/v1/completions", json=payload, headers=headers, timeout=60
+    ) as r:
         assert r.status_code == 200, r.read()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -463,7 +473,7 @@ def test_endpoint_with_collapsed_acceptance_leaves_the_rotation_and_returns(tmp_
     """Three speculative replicas; one gets a bad draft model (acceptance scaled by 0.2 through the emulator's
     control endpoint). The gateway measures it per request, demotes it (metric and /admin/routing say
     so), keeps probing it, and puts it back once its acceptance recovers."""
-    args = ["--served-model-name", MODEL, "--time-scale", "0.05", "--max-num-seqs", "16", "--seed", "3"]
+    args = ["--served-model-name", MODEL, "--time-scale", "0.01", "--max-num-seqs", "16", "--seed", "3"]
     specs = [stack.start_emulator("speculative", extra=args, log_dir=tmp_path) for _ in range(3)]
     base = stack.start_emulator("baseline", extra=args, log_dir=tmp_path)
     with stack.running(*specs, base):
@@ -480,9 +490,11 @@ def test_endpoint_with_collapsed_acceptance_leaves_the_rotation_and_returns(tmp_
             bad = specs[2].url
             _control(bad, acceptance_scale=0.2)
 
+            client = httpx.Client()
+
             def send(n: int) -> dict:
                 for i in range(n):
-                    _run(gw.url, STRUCTURED[i % len(STRUCTURED)], max_tokens=48)
+                    _run(gw.url, STRUCTURED[i % len(STRUCTURED)], max_tokens=48, client=client)
                 return {e["endpoint"]: e for e in _admin(gw.url)["endpoint_outliers"]}
 
             state = send(30)
@@ -502,6 +514,7 @@ def test_endpoint_with_collapsed_acceptance_leaves_the_rotation_and_returns(tmp_
                     break
             print("after the recovery:", state)
             assert not state[names[2]]["demoted"]
+            client.close()
 
 
 @pytest.mark.timing  # reads step times the emulators take in real time: `make test-timing`
