@@ -93,6 +93,11 @@ def serve_args(setup: VllmSetup, variant: str, port: int) -> list[str]:
         # float32 (not the CPU default bfloat16) so the same-weights draft agrees with the target exactly.
         "--dtype",
         "float32",
+        # tool calls (test_9_tools): vLLM refuses any tool_choice but "none" without a parser; the
+        # pythonic one needs no special tokens in the tiny models' vocabulary
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "pythonic",
     ]
     spec = VARIANTS[variant]
     if spec is not None:
