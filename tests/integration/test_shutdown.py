@@ -240,17 +240,21 @@ def _workers(supervisor: int) -> set[int]:
     }
 
 
-def test_sighup_to_the_workers_themselves_drains_them_and_the_supervisor_replaces_them(emulator, workdir):
+@pytest.mark.parametrize("supervisor_too", [False, True], ids=["workers", "every-process"])
+def test_sighup_to_the_workers_themselves_drains_them_and_the_supervisor_replaces_them(
+    emulator, workdir, supervisor_too
+):
     """``pkill -HUP specroute`` (or a service manager signalling every process) reaches the workers:
-    each drains as on SIGTERM (its stream ends whole) and the supervisor starts another in its place."""
+    each drains as on SIGTERM (its stream ends whole) and the supervisor starts another in its place,
+    also while the supervisor, signalled with them, replaces its workers itself."""
     config = _config(emulator, 20.0)
     config["server"] = {**config["server"], "workers": 2}  # type: ignore[dict-item]
-    gateway = stack.start_gateway(config, workdir, "gateway-worker-hup")
+    gateway = stack.start_gateway(config, workdir, f"gateway-worker-hup-{supervisor_too}")
     with stack.running(gateway):
         stream = _start_stream(gateway)
         first = _workers(gateway.popen.pid)
         assert len(first) == 2
-        for pid in first:
+        for pid in [*first, gateway.popen.pid] if supervisor_too else first:
             os.kill(pid, signal.SIGHUP)
         stream.join(20)
         assert not stream.is_alive() and stream.error is None, stream.error
