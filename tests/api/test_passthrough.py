@@ -151,7 +151,7 @@ FIELDS = st.sampled_from(
 )
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=200)
 @given(
     path=st.sampled_from(sorted(VALID)),
     extra=st.dictionaries(FIELDS | st.text(max_size=8), json_values, max_size=4),
