@@ -486,11 +486,9 @@ def test_endpoint_with_collapsed_acceptance_leaves_the_rotation_and_returns(tmp_
             extra={"routing": {"seed": 1, "exploration_rate": 0.0}, "auth": {"admin_key": "admin-secret"}},
         )
         gw = stack.start_gateway(cfg, tmp_path, "outlier")
-        with stack.running(gw):
+        with stack.running(gw), httpx.Client() as client:
             bad = specs[2].url
             _control(bad, acceptance_scale=0.2)
-
-            client = httpx.Client()
 
             def send(n: int) -> dict:
                 for i in range(n):
@@ -514,7 +512,6 @@ def test_endpoint_with_collapsed_acceptance_leaves_the_rotation_and_returns(tmp_
                     break
             print("after the recovery:", state)
             assert not state[names[2]]["demoted"]
-            client.close()
 
 
 @pytest.mark.timing  # reads step times the emulators take in real time: `make test-timing`
