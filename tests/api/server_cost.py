@@ -44,7 +44,7 @@ from pathlib import Path
 
 import httptools
 
-from tests.upstream.relay_cost import harness_settings
+from tests.upstream.relay_cost import callgrind_totals, harness_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT.parent / "shared" / "tools" / "peer_bench"
@@ -112,17 +112,6 @@ def _command(peer: str, port: int, upstream: str, tmp: Path, parts: bool = False
     config.write_text(json.dumps(settings))  # JSON is YAML
     server = "tests.api.server_parts" if parts else "gateway"
     return [sys.executable, "-m", server, "serve", "--config", str(config)]
-
-
-def _totals(path: Path) -> int:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.startswith("totals:"):
-                    return int(line.split()[1])
-        time.sleep(0.5)  # callgrind writes the dump when the process next runs
-    raise SystemExit(f"no totals in {path}")
 
 
 def _parts(dump: Path, requests: int) -> list[str]:
@@ -200,9 +189,11 @@ def main() -> None:
                 subprocess.run(
                     ["callgrind_control", *command, str(proxy.pid)], check=True, capture_output=True
                 )
-            loop = _totals(Path(f"{counts}.1-01"))  # the first dump's file of thread 1
+            loop = callgrind_totals(Path(f"{counts}.1-01"), 120.0)  # the first dump's file of thread 1
             others = sum(
-                _totals(p) for p in Path(tmp).glob("callgrind.out.1-*") if not p.name.endswith("-01")
+                callgrind_totals(p, 120.0)
+                for p in Path(tmp).glob("callgrind.out.1-*")
+                if not p.name.endswith("-01")
             )
             client.close()
             kind = "streamed" if args.stream else "non-streamed"

@@ -455,15 +455,16 @@ class HoldingUpstream:
 
     def _one(self, conn: socket.socket) -> None:
         with conn:
-            head, blank, _ = _read_head(conn)
+            head, blank, rest = _read_head(conn)
             if not blank:
                 return
             if not head.startswith(b"POST"):
                 conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
                 return
-            self._post(conn)
+            self._post(conn, head, rest)
 
-    def _post(self, conn: socket.socket) -> None:
+    def _post(self, conn: socket.socket, head: bytes, rest: bytes) -> None:
+        """A ``POST`` whose ``head`` and the first bytes of its body (``rest``) have been read."""
         self.held.set()
         conn.settimeout(PATIENCE_S)
         with contextlib.suppress(OSError):
@@ -516,7 +517,7 @@ class StreamingUpstream(HoldingUpstream):
         b"data: [DONE]\n\n"
     ]
 
-    def _post(self, conn: socket.socket) -> None:
+    def _post(self, conn: socket.socket, head: bytes, rest: bytes) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
         for event in self.EVENTS:
             conn.sendall(event)

@@ -160,21 +160,14 @@ async def test_the_writer_declines_wherever_uvicorn_would_not_write_at_once() ->
 class AnsweringUpstream(HoldingUpstream):
     """An upstream that answers every ``POST`` with one whole completion, then closes."""
 
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            head, blank, rest = _read_head(conn)
-            if not blank:
-                return
-            if not head.startswith(b"POST"):
-                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
-                return
-            length = int(_fields(head)["content-length"])
-            while len(rest) < length:  # the whole body, so that closing does not reset the connection
-                rest += conn.recv(65536)
-            conn.sendall(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-                b"connection: close\r\n\r\n%s" % (len(BODY), BODY)
-            )
+    def _post(self, conn: socket.socket, head: bytes, rest: bytes) -> None:
+        length = int(_fields(head)["content-length"])
+        while len(rest) < length:  # the whole body, so that closing does not reset the connection
+            rest += conn.recv(65536)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (len(BODY), BODY)
+        )
 
 
 _PAYLOAD = orjson.dumps({"model": "demo-model", "prompt": "Say hello.", "max_tokens": 4})

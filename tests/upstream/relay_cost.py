@@ -182,14 +182,19 @@ def harness_settings(port: int, upstream: str) -> dict[str, Any]:
 
 def _event_loop_instructions(counts: Path) -> int:
     """Instructions of the main thread (the event loop), from the first dump's file for thread 1."""
-    dump = Path(f"{counts}.1-01")
-    deadline = time.monotonic() + 60
+    return callgrind_totals(Path(f"{counts}.1-01"), 60.0)
+
+
+def callgrind_totals(dump: Path, timeout_s: float) -> int:
+    """The ``totals:`` line of a callgrind dump, waited for up to ``timeout_s`` (callgrind writes the
+    dump when the process next runs)."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if dump.exists():
             for line in dump.read_text().splitlines():
                 if line.startswith("totals:"):
                     return int(line.split()[1])
-        time.sleep(0.5)  # callgrind writes the dump when the process next runs
+        time.sleep(0.5)
     raise SystemExit(f"no totals in {dump}")
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import httpx
@@ -16,6 +19,7 @@ from gateway.api.errors import from_upstream
 from gateway.config import HealthConfig, load_settings
 from gateway.errors import Unreachable
 from gateway.upstream.deadline import Deadlines
+from gateway.upstream.forward import Upstreams
 from gateway.upstream.health import check, check_all
 from gateway.upstream.pool import Endpoint, Pool
 from tests.upstream.scripted import Script, serving
@@ -147,25 +151,31 @@ async def test_a_request_waiting_on_an_endpoint_that_fails_its_health_check_is_s
     assert errors._value.get() == 1
 
 
-async def test_with_no_other_endpoint_the_cut_request_is_told_to_come_back_not_that_it_timed_out() -> None:
-    """Its wait was cut long before any time limit: a 503 with Retry-After, not a 504."""
-    script = Script(["stall_head"])
-    async with serving(script, "base-a") as servers:
-        pool = {"endpoints": [{"name": "base-a", "url": servers[0].url}], "models": ["m"]}
+@contextlib.asynccontextmanager
+async def _waiting(script: Script, *names: str) -> AsyncIterator[tuple[Upstreams, asyncio.Task[Any]]]:
+    """Scripted servers ``names`` as both pools, and a non-streamed request to the baseline pool (no
+    failover) that has reached one of them and waits there for its answer."""
+    async with serving(script, *names) as servers:
+        pool = {"endpoints": [{"name": s.name, "url": s.url} for s in servers], "models": ["m"]}
         overrides = {"pools": {"speculative": pool, "baseline": pool}, "logging": {"access_log": False}}
-        settings = load_settings(overrides=overrides)
-        async with upstreams_for(settings) as upstreams:
+        async with upstreams_for(load_settings(overrides=overrides)) as upstreams:
             body = b'{"model":"m","prompt":"hi","max_tokens":2}'
             fetch = asyncio.create_task(upstreams.fetch("/v1/completions", body, {}, "baseline", False))
             while not script.log:  # noqa: ASYNC110 - the scripted server sets no event
                 await asyncio.sleep(0.01)
-            frozen = upstreams.pools["baseline"].endpoints[0]
+            yield upstreams, fetch
 
-            async with httpx.AsyncClient(transport=httpx.MockTransport(_timed_out)) as client:
-                assert not await check(client, frozen, HealthConfig())
-                assert not await check(client, frozen, HealthConfig())
-            with pytest.raises(Unreachable) as e:
-                await asyncio.wait_for(fetch, 30)
+
+async def test_with_no_other_endpoint_the_cut_request_is_told_to_come_back_not_that_it_timed_out() -> None:
+    """Its wait was cut long before any time limit: a 503 with Retry-After, not a 504."""
+    script = Script(["stall_head"])
+    async with _waiting(script, "base-a") as (upstreams, fetch):
+        frozen = upstreams.pools["baseline"].endpoints[0]
+        async with httpx.AsyncClient(transport=httpx.MockTransport(_timed_out)) as client:
+            assert not await check(client, frozen, HealthConfig())
+            assert not await check(client, frozen, HealthConfig())
+        with pytest.raises(Unreachable) as e:
+            await asyncio.wait_for(fetch, 30)
     assert e.value.retry_after_s == 1 and "health checks" in e.value.message
     assert from_upstream(e.value).status == 503
 
@@ -175,24 +185,13 @@ async def test_one_slow_health_check_does_not_throw_away_the_work_waiting_there(
     it is working on are not sent again elsewhere (their work would be lost and done twice) unless the
     next check fails too."""
     script = Script(["slow_ok"])
-    async with serving(script, "base-a", "base-b") as servers:
-        pool = {"endpoints": [{"name": s.name, "url": s.url} for s in servers], "models": ["m"]}
-        overrides = {"pools": {"speculative": pool, "baseline": pool}, "logging": {"access_log": False}}
-        settings = load_settings(overrides=overrides)
-        async with upstreams_for(settings) as upstreams:
-            body = b'{"model":"m","prompt":"hi","max_tokens":2}'
-            fetch = asyncio.create_task(upstreams.fetch("/v1/completions", body, {}, "baseline", False))
-            while not script.log:  # noqa: ASYNC110 - the scripted server sets no event
-                await asyncio.sleep(0.01)
-            busy = next(e for e in upstreams.pools["baseline"].endpoints if e.name == script.log[0][0])
-
-            async with httpx.AsyncClient(transport=httpx.MockTransport(_timed_out)) as client:
-                assert not await check(client, busy, HealthConfig())
-            async with httpx.AsyncClient(
-                transport=httpx.MockTransport(lambda r: httpx.Response(200))
-            ) as client:
-                assert await check(client, busy, HealthConfig())
-            sent, content = await asyncio.wait_for(fetch, 30)
+    async with _waiting(script, "base-a", "base-b") as (upstreams, fetch):
+        busy = next(e for e in upstreams.pools["baseline"].endpoints if e.name == script.log[0][0])
+        async with httpx.AsyncClient(transport=httpx.MockTransport(_timed_out)) as client:
+            assert not await check(client, busy, HealthConfig())
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200))) as client:
+            assert await check(client, busy, HealthConfig())
+        sent, content = await asyncio.wait_for(fetch, 30)
     assert sent.endpoint is busy and sent.retries == 0 and orjson.loads(content)["choices"]
     assert len(script.log) == 1 and busy.suspects is None
 
