@@ -68,17 +68,19 @@ GatewayFactory = Callable[..., str]
 
 @pytest.fixture(scope="module")
 def gateway_factory(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayFactory]:
-    """``start(strategy, **routing)`` -> URL of a gateway in front of the fleet's two slots."""
+    """``start(strategy, timeouts=None, **routing)`` -> URL of a gateway in front of the fleet's two slots
+    (``timeouts``: the ``timeouts`` section's settings that differ from the defaults)."""
     if not gateway_available():
         pytest.skip("needs the gateway server (`specroute serve`, gateway/server.py)")
     from gateway.stack import demo_config, start_gateway
 
     procs = []
 
-    def start(strategy: str = "adaptive", **routing: Any) -> str:
+    def start(strategy: str = "adaptive", timeouts: dict[str, float] | None = None, **routing: Any) -> str:
         extra = {
             "pools": {"speculative": {"num_speculative_tokens": NUM_SPECULATIVE_TOKENS}},
             "routing": {"scrape_interval_s": 0.5, "seed": 7, **routing},
+            "timeouts": timeouts or {},
         }
         cfg = demo_config(
             [fleet.url("speculative")], [fleet.url("baseline")], _free_port(), MODEL_NAME, strategy, extra

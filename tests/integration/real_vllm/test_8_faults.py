@@ -22,12 +22,21 @@ import httpx
 import pytest
 
 from .client import PROMPTS, chat, completion, wait_for
-from .servers import MODEL_NAME, Fleet
+from .conftest import GatewayFactory
+from .servers import MODEL_NAME, Fleet, VllmServer
 
 pytestmark = pytest.mark.real_vllm
 
 FORCED = {"x-specroute-pool": "speculative"}
-CLIENT_TIMEOUT_S = 50.0  # well below the gateway's timeouts.total_s (600 s), above chunk_gap_s (30 s)
+# a hung engine is out after this long without a step; the default (30 s) left the requests it held
+# too little of the client's time to be answered again on a busy CPU
+CHUNK_GAP_S = 10.0
+CLIENT_TIMEOUT_S = 50.0  # well below the gateway's timeouts.total_s (600 s), above CHUNK_GAP_S
+
+
+@pytest.fixture(scope="module")
+def gateway(gateway_factory: GatewayFactory, baseline: VllmServer, speculative: VllmServer) -> str:
+    return gateway_factory("adaptive", timeouts={"chunk_gap_s": CHUNK_GAP_S})
 
 
 def _request(gateway: str, i: int) -> tuple[int, str]:
