@@ -97,8 +97,9 @@ def _closing_response(status: bytes, body: bytes) -> bytes:
     )
 
 
-#: how long a refused request's body is read before the answer, so that closing the connection on
-#: unread bytes (which resets it) does not destroy the answer before the client reads it
+#: how long a refused request's body is read before the answer, and the body of a request answered
+#: before it arrived after the answer, so that closing the connection on unread bytes (which resets it)
+#: does not destroy the answer before the client reads it
 REFUSE_DRAIN_S = 1.0
 
 
@@ -149,6 +150,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._head_bound = 0
         self._measure = False  # whether a head completed in the current read could be over the limit
         self._idle_since: float | None = None  # when the last response ended, while no byte came since
+        self._drain_timer: asyncio.TimerHandle | None = None  # a body read after its request's answer
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -159,6 +161,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        self._cancel_drain_timer()
         if self.timeout_keep_alive_task is not None:
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
@@ -268,12 +271,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super()._start_asgi_task(cycle, app)
 
     def on_response_complete(self) -> None:
-        """uvicorn's, but for the keep-alive timer (see the module's description)."""
+        """uvicorn's, but for the keep-alive timer (see the module's description) and a request answered
+        before its body arrived (a 401, a 413, /health, a refused request).
+
+        The rest of such a body is read and dropped for at most :data:`REFUSE_DRAIN_S`; the connection
+        goes on if it ends by then and is closed if not. Closing at once, on bytes not yet read, resets
+        the connection, and a client that writes its whole body before reading (Python's
+        ``http.client`` and ``requests``, most non-streaming clients) then sees the reset instead of the
+        answer. Not waiting for the body to end would let a client that sends a byte now and then hold
+        the connection (and a place under ``max_connections``) for ever, each read cancelling the
+        keep-alive timer.
+        """
         if self._in_message and not self.pipeline and not self.transport.is_closing():
-            # answered before its body arrived (a 401, /health, a refused request): the rest of the body
-            # is of no use, and every read of it would cancel the keep-alive timer, so a client sending a
-            # byte now and then would hold the connection (and a place under max_connections) forever
-            self.transport.close()
+            self._cancel_drain_timer()
+            self._drain_timer = self.loop.call_later(REFUSE_DRAIN_S, self._drain_timed_out)
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
@@ -283,11 +294,26 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
         else:
-            self._idle_since = self.loop.time()
-            if self.timeout_keep_alive_task is None:
-                self.timeout_keep_alive_task = self.loop.call_later(
-                    self.timeout_keep_alive, self.timeout_keep_alive_handler
-                )
+            self._went_idle()
+
+    def _went_idle(self) -> None:
+        """Nothing to answer: the keep-alive period starts now."""
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    def _drain_timed_out(self) -> None:
+        """The body of a request answered early is still coming: close (see :meth:`on_response_complete`)."""
+        self._drain_timer = None
+        if self._in_message and not self.transport.is_closing():
+            self.transport.close()
+
+    def _cancel_drain_timer(self) -> None:
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
 
     def _unset_keepalive_if_required(self) -> None:
         """A byte arrived (uvicorn cancels the keep-alive timer here): the connection is busy; a timer
@@ -308,6 +334,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._in_message = False
+        if self._drain_timer is not None:
+            # the body of a request answered early ended in time: the connection goes on, idle
+            self._cancel_drain_timer()
+            if not self.pipeline and self.cycle.response_complete:
+                self._went_idle()
         super().on_message_complete()
         client = self.cycle.scope.get(CLIENT_SCOPE_KEY)
         if isinstance(client, ClientState):
