@@ -235,8 +235,13 @@ def fast_path(app: FastAPI) -> ASGIApp:
     A request still running when the shutdown grace period ends is cancelled by uvicorn, which
     would then answer a plain-text 500 or cut a stream mid-line; :func:`_cut_at_shutdown` answers
     in the API's format instead.
+
+    With CORS on, responses leave as ASGI messages only: the connection's own writer
+    (``gateway.connections.CycleWriter``) writes past every middleware, and the CORS middleware adds its
+    headers to the messages, so a browser could pass the preflight and then not read the answer.
     """
     hot = {"/v1/completions": routes.completions, "/v1/chat/completions": routes.chat_completions}
+    direct_writes = not app.state.cors.enabled
 
     async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -249,11 +254,18 @@ def fast_path(app: FastAPI) -> ASGIApp:
                 await app(scope, receive, progress.send)
                 return
             scope["app"] = app
+            if not direct_writes:
+                client = scope.get(CLIENT_SCOPE_KEY)
+                if isinstance(client, ClientState):
+                    client.writer = None
+            request = Request(scope, receive, progress.send)
             try:
-                response = await handler(Request(scope, receive, progress.send))
+                response = await handler(request)
             except Exception:
-                log.exception("unhandled error on %s", scope["path"])
-                response = error_response(500, "internal gateway error", None)
+                rid = request_id(request)
+                log.exception("unhandled error on %s (request id %s)", scope["path"], rid)
+                message = f"internal gateway error (request id {rid})"
+                response = error_response(500, message, None, {"x-request-id": rid})
             await response(scope, receive, progress.send)
         except asyncio.CancelledError:
             # Only uvicorn cancels a request's task (a client's disconnect is a 499 inside the handler),
