@@ -56,3 +56,11 @@ class UpstreamStatus(UpstreamError):
     def __init__(self, status: int, message: str, retry_after_s: float | None = None):
         super().__init__(message, retry_after_s)
         self.status = status
+
+
+class RequestNotEncodable(Exception):
+    """A request body the gateway read but cannot write back out as JSON to send upstream.
+
+    JSON nested deeper than any encoder at hand goes (orjson reads 1,024 levels and writes 254; the
+    standard library's encoder takes over up to Python's recursion limit): the client's to fix, a 400.
+    """

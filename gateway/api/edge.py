@@ -37,12 +37,13 @@ def without_slash(request: Request, path: str) -> Response:
 
 
 def check_model(model: Any, models: frozenset[str]) -> None:
-    """A 404 naming ``model`` when no pool serves it (absent: the upstream's default); 400 if not a string."""
+    """A 404 naming ``model`` when no pool serves it (absent or empty: the upstream's default, as vLLM
+    reads an empty name); 400 if not a string."""
     if model is None:
         return
     if not isinstance(model, str):
         raise APIError(400, "'model' must be a string", param="model")
-    if model not in models:
+    if model and model not in models:
         shown = model if len(model) <= 256 else model[:256] + "..."
         known = ", ".join(sorted(models))
         raise APIError(404, f"The model `{shown}` does not exist. Valid models: {known}.", param="model")

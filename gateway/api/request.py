@@ -274,7 +274,7 @@ def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
         raise APIError(400, f"'{field}' is a required property", param=field)
     check_types(payload, api)
     model = payload.get("model")
-    if model is not None and model not in models:
+    if model and model not in models:  # absent or empty: the upstream's default model, as vLLM reads it
         known = ", ".join(sorted(models))
         shown = model if len(model) <= 256 else model[:256] + "..."
         raise APIError(404, f"The model `{shown}` does not exist. Valid models: {known}.", param="model")

@@ -39,7 +39,7 @@ from gateway.api.request import (
     trace_id,
 )
 from gateway.api.state import Gateway
-from gateway.errors import UpstreamBroken, UpstreamError, UpstreamTooLarge
+from gateway.errors import RequestNotEncodable, UpstreamBroken, UpstreamError, UpstreamTooLarge
 from gateway.observability import render
 from gateway.routing.policy import Api, Decision, RouteRequest
 from gateway.speculation import sequences
@@ -125,7 +125,10 @@ async def _handle(request: Request, api: Api) -> Response:
         forced = forced_pool(request, gw.allow_pool_override)
         decision = ex.decision = gw.policy.decide(RouteRequest(payload, api, forced))
         gw.observer.decided(decision, gw.policy.strategy)
-        out = _upstream_request(request, ex, raw, payload)
+        try:
+            out = _upstream_request(request, ex, raw, payload)
+        except RequestNotEncodable:
+            raise APIError(400, "the request body nests JSON too deeply to be forwarded") from None
         if out.meter is None:
             # vLLM sends a non-streamed response's headers only when it is complete: its first byte
             # may take as long as the whole request may (timeouts.total_s).
@@ -657,11 +660,12 @@ def _looks_like_path(value: str) -> bool:
 
 
 # the token of the run that started this process (gateway.stack), read once
-_HEALTH_HEADERS = {RUN_TOKEN_HEADER: os.environ[RUN_TOKEN_ENV]} if RUN_TOKEN_ENV in os.environ else None
+_HEALTH_HEADERS = {RUN_TOKEN_HEADER: os.environ[RUN_TOKEN_ENV]} if RUN_TOKEN_ENV in os.environ else {}
 
 
 async def health(request: Request) -> Response:
-    return Response(b'{"status":"ok"}', headers=_HEALTH_HEADERS, media_type="application/json")
+    headers = {**_HEALTH_HEADERS, "x-request-id": request_id(request)}
+    return Response(b'{"status":"ok"}', headers=headers, media_type="application/json")
 
 
 async def ready(request: Request) -> Response:
@@ -685,7 +689,9 @@ async def ready(request: Request) -> Response:
     body = orjson.dumps(
         {"ready": not missing, "available_endpoints": pools, "models_without_endpoint": missing}
     )
-    return Response(body, 200 if not missing and not gw.draining else 503, media_type="application/json")
+    status = 200 if not missing and not gw.draining else 503
+    headers = {"x-request-id": request_id(request)}
+    return Response(body, status, headers=headers, media_type="application/json")
 
 
 async def metrics(request: Request) -> Response:
@@ -703,7 +709,7 @@ async def metrics(request: Request) -> Response:
         gw.scraper.export()
     gw.upstreams.export_state()
     body, content_type = render(gw.metrics)
-    return Response(body, media_type=content_type)
+    return Response(body, headers={"x-request-id": request_id(request)}, media_type=content_type)
 
 
 async def admin_routing(request: Request) -> Response:
@@ -723,4 +729,5 @@ async def admin_routing(request: Request) -> Response:
     state["learned_state"] = gw.learned.snapshot() if gw.learned is not None else None
     # with several workers each learns from the requests it serves: say whose state this is
     state["worker"] = {"pid": os.getpid(), "workers": gw.settings.server.workers}
-    return Response(orjson.dumps(state), media_type="application/json")
+    headers = {"x-request-id": request_id(request)}
+    return Response(orjson.dumps(state), headers=headers, media_type="application/json")

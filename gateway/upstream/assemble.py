@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from gateway.types import Api
+from gateway.upstream.stream import encode_body
 
 _NOT_ASSEMBLED = (
     "logprobs",
@@ -50,7 +49,7 @@ def can_assemble(payload: Mapping[str, Any], api: Api) -> bool:
 
 def stream_body(payload: Mapping[str, Any]) -> bytes:
     """The request body to send upstream: the same request, streamed with continuous usage."""
-    return orjson.dumps(
+    return encode_body(
         {**payload, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     )
 

@@ -11,6 +11,7 @@ then by cutting the exact ``"usage":{...}`` bytes out rather than re-serialising
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.errors import RequestNotEncodable
 from gateway.upstream.sse import EventBuffer, data_of, with_data
 
 
@@ -53,6 +55,24 @@ def _client_safe(event: bytes, error: dict[str, Any]) -> bytes:
     return with_data(event, orjson.dumps({"error": {**safe, "code": status}}))
 
 
+def encode_body(payload: Any) -> bytes:
+    """A request body as JSON bytes: orjson's, or the standard library's where orjson will not go.
+
+    orjson reads JSON nested up to 1,024 levels but writes only 254, so a body it parsed (a deep
+    ``json_schema``, deep ``vllm_xargs``) could not be rewritten by it; the standard library's encoder
+    writes those (compact, the same values) up to Python's recursion limit. Past that, or for anything
+    else neither can write, :class:`~gateway.errors.RequestNotEncodable`.
+    """
+    try:
+        return orjson.dumps(payload)
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except (RecursionError, ValueError, TypeError) as e:
+        raise RequestNotEncodable(str(e)) from None
+
+
 def request_usage(payload: dict[str, Any]) -> tuple[bytes, bool, bool]:
     """Rewrite a streamed request body to ask for per-chunk usage.
 
@@ -63,10 +83,10 @@ def request_usage(payload: dict[str, Any]) -> tuple[bytes, bool, bool]:
     wants_usage = bool(opts.get("include_usage"))
     wants_continuous = wants_usage and bool(opts.get("continuous_usage_stats"))
     if wants_continuous:
-        return orjson.dumps(payload), True, True
+        return encode_body(payload), True, True
     new = dict(payload)
     new["stream_options"] = {**opts, "include_usage": True, "continuous_usage_stats": True}
-    return orjson.dumps(new), wants_usage, wants_continuous
+    return encode_body(new), wants_usage, wants_continuous
 
 
 def _cut_usage(data: bytes, usage: Any) -> bytes:

@@ -53,11 +53,58 @@ def test_every_answer_carries_a_request_id_errors_and_the_model_list_too() -> No
             ("GET", "/nothing/here"),  # the server's own 404
             ("POST", "/v1/completions"),  # no body: 400
             ("GET", "/v1/completions"),  # 405
+            ("GET", "/health"),
+            ("GET", "/ready"),
+            ("GET", "/metrics"),
+            ("GET", "/admin/routing"),
         ]:
             response = stack.request(method, path)
             assert response.headers["x-request-id"], (method, path)
             mine = stack.request(method, path, headers={"x-request-id": "req-42"})
             assert mine.headers["x-request-id"] == "req-42", (method, path)
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+def test_a_body_nested_deeper_than_orjson_writes_is_forwarded_and_one_past_any_encoder_is_a_400() -> None:
+    """orjson reads 1,024 levels and writes 254: a request the gateway rewrites (every stream, and a
+    non-streamed one measured on the speculative pool) goes out by the standard library's encoder
+    instead, and past what any encoder here writes the client gets a 400, not a 500."""
+    with InProcess({"logging": {"access_log": False}}) as stack:
+        for depth, status in ((300, 200), (1000, 400)):
+            for pool in ("speculative", "baseline"):
+                body = (
+                    '{"model": "%s", "prompt": "Say hi.", "max_tokens": 4, "stream": true, "vllm_xargs": %s}'
+                )
+                raw = (body % (MODEL, _nested(depth))).encode()
+                r = stack.request(
+                    "POST",
+                    "/v1/completions",
+                    content=raw,
+                    headers={"content-type": "application/json", "x-specroute-pool": pool},
+                )
+                assert r.status_code == status, (depth, pool, r.text[:300])
+                if status == 400:
+                    assert "nests JSON too deeply" in r.json()["error"]["message"]
+                    assert r.headers["x-request-id"]
+                else:
+                    assert r.text.rstrip().endswith("data: [DONE]")
+
+
+def test_an_empty_model_name_is_the_upstreams_default_as_vllm_reads_it() -> None:
+    with InProcess({"logging": {"access_log": False}}) as stack:
+        for path, body in (
+            ("/v1/completions", {"model": "", "prompt": "Say hi.", "max_tokens": 4}),
+            ("/v1/chat/completions", {**CHAT, "model": ""}),
+            ("/v1/embeddings", {"model": "", "input": "hi"}),
+            ("/tokenize", {"model": "", "prompt": "hi"}),
+        ):
+            r = stack.request("POST", path, json=body)
+            assert r.status_code == 200, (path, r.text[:300])
+        wrong = stack.request("POST", "/v1/completions", json={"model": "nope", "prompt": "hi"})
+        assert wrong.status_code == 404 and wrong.json()["error"]["param"] == "model"
 
 
 def test_another_method_on_a_route_of_the_gateway_is_a_405_that_names_the_allowed_ones() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import logging
 import socket
 import threading
@@ -34,10 +35,11 @@ PATIENCE_S = 20.0
 
 
 @contextmanager
-def serving(upstream: str = NOWHERE, **server: float) -> Iterator[int]:
-    """The gateway as ``specroute serve`` runs it (same protocol and options), in a thread."""
+def serving(upstream: str = NOWHERE, extra: dict[str, Any] | None = None, **server: float) -> Iterator[int]:
+    """The gateway as ``specroute serve`` runs it (same protocol and options), in a thread; ``extra``:
+    more of its configuration."""
     port = free_port()
-    config = demo_config([upstream], [upstream], port, extra={"server": server})
+    config = demo_config([upstream], [upstream], port, extra={**(extra or {}), "server": server})
     settings = load_settings(overrides=config)
     previous = GuardedHttpProtocol.limits
     guard_connections(settings.server)
@@ -577,3 +579,62 @@ def test_bytes_that_are_not_http_get_an_api_shaped_400_and_the_connection_closes
                 "param": None,
                 "code": 400,
             }
+
+
+def test_a_client_that_writes_its_whole_body_before_reading_gets_the_early_answer() -> None:
+    """A request refused before its body was read (a 413 from its length, a 401 without a key): the
+    body is read after the answer and dropped, so a client that writes all of it before reading
+    (``http.client``, ``requests``) reads the answer instead of a reset, and the connection goes on."""
+    extra = {"limits": {"max_body_bytes": 1 << 20}, "auth": {"api_keys": ["sk-test"]}}
+    body = b'{"model": "demo-model", "prompt": "%s"}' % (b"x" * (3 << 20))
+    with serving(extra=extra) as port:
+        for key, status, param in (("sk-test", 413, None), (None, 401, None)):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=PATIENCE_S)
+            headers = {"content-type": "application/json"}
+            if key:
+                headers["authorization"] = f"Bearer {key}"
+            conn.request("POST", "/v1/completions", body=body, headers=headers)
+            r = conn.getresponse()
+            assert r.status == status, r.status
+            assert _error(r.read())["param"] == param
+            sock = conn.sock
+            conn.request("GET", "/health", headers={"authorization": "Bearer sk-test"})
+            again = conn.getresponse()
+            assert again.status == 200 and again.read() == b'{"status":"ok"}'
+            assert conn.sock is sock  # the same connection: it went on once the body had been read
+            conn.close()
+
+
+class AnsweringUpstream(HoldingUpstream):
+    """An upstream that answers every ``POST`` with one small completion body, then closes."""
+
+    BODY = (
+        b'{"id":"cmpl-1","object":"text_completion","model":"demo-model","choices":[{"index":0,"text":"hi"}]}'
+    )
+
+    def _post(self, conn: socket.socket, head: bytes, rest: bytes) -> None:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (len(self.BODY), self.BODY)
+        )
+
+
+def test_with_cors_on_the_completions_answers_carry_its_headers_on_the_real_server() -> None:
+    """The connection's own writer writes past every middleware: with CORS on, the completion routes'
+    answers (whole or streamed) leave as ASGI messages, which the CORS middleware marks."""
+    origin = {"origin": "https://app.example"}
+    extra = {"cors": {"allow_origins": ["https://app.example"]}, "routing": {"strategy": "always-baseline"}}
+    for upstream, stream in ((AnsweringUpstream(), False), (StreamingUpstream(), True)):
+        try:
+            with serving(upstream.url, extra=extra) as port:
+                body = {"model": "demo-model", "prompt": "Count.", "max_tokens": 4, "stream": stream}
+                url = f"http://127.0.0.1:{port}/v1/completions"
+                with httpx.stream("POST", url, json=body, headers=origin) as r:
+                    got = b"".join(r.iter_bytes())
+                assert r.status_code == 200, got
+                assert r.headers["access-control-allow-origin"] == "https://app.example"
+                assert "x-specroute-pool" in r.headers["access-control-expose-headers"]
+                want = b"".join(StreamingUpstream.EVENTS) if stream else AnsweringUpstream.BODY
+                assert got == want
+        finally:
+            upstream.close()
