@@ -51,7 +51,7 @@ from gateway.upstream.deadline import Deadlines, wait_until
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.silence import Silence
-from gateway.upstream.stream import DONE_EVENT, StreamMeter
+from gateway.upstream.stream import DONE_EVENT, StreamMeter, leading_error, server_error
 from gateway.upstream.wire import Malformed, WirePool, read_within
 
 log = logging.getLogger("specroute.upstream")
@@ -341,6 +341,13 @@ class Upstreams:
                             break
                     if not first and response.status < 300 and idempotent and method == "POST":
                         raise _ClosedEarly  # a passed-through answer may be empty
+                    opening = leading_error(first) if response.status < 300 else None
+                    if opening is not None and server_error(opening):
+                        # the request failed there before anything of it reached the client: sent
+                        # again elsewhere, as after an HTTP 5xx
+                        code = opening.get("code")
+                        status = code if isinstance(code, int) and 500 <= code < 600 else 500
+                        raise _UpstreamStatus(status, orjson.dumps({"error": opening}))
                 return Sent(endpoint, response, first, chunks, retries=attempt, sent_at=sent_at)
             except _UpstreamStatus as e:
                 kind, error = "status_5xx", _reported_status(e.status, e.body, endpoint)
@@ -679,7 +686,13 @@ class Upstreams:
             self._busy(sent.endpoint, -1)
             _close(sent.response, complete=failed is None and not cut)
             if failed is None and not cut:
-                sent.endpoint.record_success()
+                if meter is not None and meter.error is not None and server_error(meter.error):
+                    # the server failed the request mid-stream (vLLM's error event after a 200): counted
+                    # against the endpoint like a broken stream, so one that keeps failing is ejected
+                    self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "status_5xx").inc()
+                    self.failed(sent.endpoint, sent.sent_at)
+                else:
+                    sent.endpoint.record_success()
             on_done(sent, failed)
 
     async def _resume(self, sent: Sent, resume: Resumption, time_left: float) -> Sent | None:
@@ -872,5 +885,5 @@ def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> UpstreamSt
             text = err["message"][:2000]
     except (orjson.JSONDecodeError, AttributeError):
         pass
-    log.warning("%s/%s returned HTTP %d: %s", endpoint.pool, endpoint.name, status, text)
+    log.warning("%s/%s returned HTTP %d: %r", endpoint.pool, endpoint.name, status, text)  # one line
     return UpstreamStatus(status, f"the upstream returned HTTP {status}")

@@ -41,14 +41,39 @@ _ERROR = b'"error"'
 log = logging.getLogger("specroute.upstream")
 
 
+def server_error(error: dict[str, Any]) -> bool:
+    """Whether an upstream's error event reports a failure of its own (a 5xx code, or none) rather than
+    the request's (a 4xx code: the client's to read)."""
+    code = error.get("code")
+    return not (isinstance(code, int) and code < 500)
+
+
+def leading_error(first: bytes) -> dict[str, Any] | None:
+    """The error a stream opens with, when its first event, whole in ``first``, is vLLM's error event
+    (``data: {"error": {...}}``, sent with a 200 when the request fails once its stream has begun);
+    else None. Nothing of such a stream has reached a client: it can be sent again elsewhere."""
+    if first.find(_ERROR, 0, 64) < 0:  # a chunk names its id first; an error event opens with it
+        return None
+    events, _ = EventBuffer().feed(first)
+    data = data_of(events[0]) if events else None
+    if data is None:
+        return None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    error = obj.get("error") if isinstance(obj, dict) else None
+    return error if isinstance(error, dict) else None
+
+
 def _client_safe(event: bytes, error: dict[str, Any]) -> bytes:
     """An upstream error event as the client may see it: a server error's text (a trace, a path, an
     address) goes to the log, and the client gets its status and type with a generic message; a client
     error (4xx) is the client's to read and passes as it came."""
-    code = error.get("code")
-    if isinstance(code, int) and code < 500:
+    if not server_error(error):
         return event
-    log.warning("upstream error event in a stream: %s", str(error.get("message"))[:2000])
+    code = error.get("code")
+    log.warning("upstream error event in a stream: %r", str(error.get("message"))[:2000])
     status = code if isinstance(code, int) else 500
     kind = error.get("type") if isinstance(error.get("type"), str) else "InternalServerError"
     safe = {"message": f"the upstream reported an error (HTTP {status})", "type": kind, "param": None}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.upstream.stream import StreamMeter, request_usage
+from gateway.upstream.stream import StreamMeter, leading_error, request_usage, server_error
 
 
 def _events(raw: bytes) -> list[bytes]:
@@ -181,3 +181,20 @@ def test_data_without_a_space_is_read(vllm_fixture):
     _feed_in_pieces(reference, plain, 1 << 20)
     assert _feed_in_pieces(meter, raw, 9) == raw
     assert meter.token_steps == reference.token_steps and meter.done
+
+
+def test_a_stream_opening_with_an_error_event_is_told_by_its_first_piece() -> None:
+    error = b'data: {"error": {"message": "engine died", "type": "InternalServerError", "code": 500}}\n\n'
+    assert leading_error(error + b"data: [DONE]\n\n") == {
+        "message": "engine died",
+        "type": "InternalServerError",
+        "code": 500,
+    }
+    assert leading_error(error.replace(b"\n", b"\r\n"))  # any line ends
+    assert server_error(leading_error(error) or {})
+    client_side = error.replace(b"500", b"400")
+    assert leading_error(client_side) and not server_error(leading_error(client_side) or {})
+    assert leading_error(error[:40]) is None  # not whole in the first piece: relayed as it comes
+    chunk = b'data: {"id":"cmpl-1","choices":[{"index":0,"text":"\\"error\\""}]}\n\n'
+    assert leading_error(chunk) is None
+    assert leading_error(b'data: {"id":"x","error":1}\n\n') is None  # not an error object

@@ -42,6 +42,7 @@ Answer = Literal[
     "busy",
     "error",
     "error_event",
+    "error_first",
     "cut_after_done",
     "malformed",
     "empty",
@@ -226,9 +227,10 @@ class Scripted:
                 events = events[:1]
             elif answer == "cut_after_finish":  # the last token's chunk (finish_reason) came; no [DONE]
                 events = events[:2]
-            elif answer == "error_event":  # vLLM's error event inside a stream, then [DONE]
+            elif answer in ("error_event", "error_first"):  # vLLM's error event in a stream, then [DONE]
                 error = b'{"error":{"message":"CUDA error at /srv/engine/worker.py:42","code":500}}'
-                events = [events[0], b"data: " + error + b"\n\n", events[-1]]
+                before = [] if answer == "error_first" else [events[0]]  # first: before any token
+                events = [*before, b"data: " + error + b"\n\n", events[-1]]
             for event in events:
                 writer.write(b"%x\r\n%s\r\n" % (len(event), event))
                 await writer.drain()

@@ -196,6 +196,32 @@ async def test_an_error_event_in_an_assembled_stream_reaches_the_client_as_statu
         assert "x-specroute-pool" not in e.value.response.headers
 
 
+async def test_a_stream_that_opens_with_a_server_error_event_is_sent_again_and_counted():
+    """vLLM answers 200 and then its error event when a request fails once its stream has begun: with
+    nothing of it at the client yet, it goes to another endpoint as after an HTTP 500, and the failure
+    counts against the endpoint (one that keeps failing so is ejected)."""
+    async with _setup(["error_first", "ok"]) as (client, script, url):
+        assert await _text(client, stream=True)
+        assert len(script.log) == 2
+        assert await _metric(url, "specroute_upstream_errors_total", kind="status_5xx") == 1
+    extra = {"retries": {"attempts": 2}}
+    async with _setup(["error_first", "error_first"], **extra) as (client, script, url):
+        with pytest.raises(openai.APIStatusError) as e:
+            await _text(client, stream=True)
+        assert e.value.status_code == 502 and len(script.log) == 2  # as after two HTTP 500s
+        assert "CUDA" not in e.value.message and "request id" in e.value.message
+
+
+async def test_a_server_error_event_mid_stream_reaches_the_client_and_counts_against_the_endpoint():
+    async with _setup(["error_event"]) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
+        r = await http.post("/v1/completions", json=body)
+        events = [e for e in r.content.split(b"\n\n") if e]
+        assert r.status_code == 200 and len(script.log) == 1
+        assert b'"error"' in events[-2] and b"CUDA" not in r.content and events[-1] == b"data: [DONE]"
+        assert await _metric(url, "specroute_upstream_errors_total", kind="status_5xx") == 1
+
+
 async def test_a_stream_cut_after_its_done_event_reaches_the_client_whole():
     """[DONE] has gone out when the connection breaks before the body's end: nothing was lost."""
     async with _setup(["cut_after_done"]) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
