@@ -259,7 +259,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.on_response_complete,
         )
         # the request's task finds the signal in its scope
-        scope[CLIENT_SCOPE_KEY] = ClientState(CycleWriter(cycle))  # type: ignore[literal-required]
+        scope[CLIENT_SCOPE_KEY] = ClientState(CycleWriter(cycle), self.transport)  # type: ignore[literal-required]
         if existing is None or existing.response_complete:
             self._start_asgi_task(cycle, app)
         else:  # a pipelined request waits for the responses before it

@@ -124,13 +124,25 @@ class ClientState:
     hands a stream's relay a :class:`ChunkWriter` for the response's pieces.
     """
 
-    __slots__ = ("body_complete", "lost", "waiting", "writer")
+    __slots__ = ("body_complete", "lost", "transport", "waiting", "writer")
 
-    def __init__(self, writer: ChunkWriter | None = None) -> None:
+    def __init__(
+        self, writer: ChunkWriter | None = None, transport: asyncio.WriteTransport | None = None
+    ) -> None:
         self.body_complete = False
         self.lost = False
         self.waiting: asyncio.Task[Any] | None = None  # the request's task while it awaits upstream
         self.writer = writer
+        self.transport = transport  # the client's connection, to drop it (see abort)
+
+    def abort(self) -> bool:
+        """Drop the connection at once, with what is queued for it (a client that stopped reading); the
+        request counts as the client's loss from now on. False where the connection is not known here."""
+        if self.transport is None:
+            return False
+        self.lost = True
+        self.transport.abort()
+        return True
 
     def gone(self) -> None:
         """The connection is lost: cancel the waiting task (later waits see ``lost`` at once)."""

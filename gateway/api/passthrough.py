@@ -168,6 +168,7 @@ async def passthrough(request: Request) -> Response:
         status,
         headers=_headers(sent, rid),
         media_type=media_type,
+        deadline=deadline,
     )
 
 

@@ -189,4 +189,11 @@ async def responses(request: Request) -> Response:
     chunks = gw.upstreams.relay(sent, meter, done, deadline=deadline)
     media_type = sent.response.headers.get("content-type", "text/event-stream")
     headers = decision_headers(decision, sent.pool, rid)
-    return Relay(chunks, status, headers=headers, media_type=media_type, ending=responses_error_event)
+    return Relay(
+        chunks,
+        status,
+        headers=headers,
+        media_type=media_type,
+        ending=responses_error_event,
+        deadline=deadline,
+    )

@@ -170,7 +170,8 @@ async def _handle(request: Request, api: Api) -> Response:
 
     chunks = gw.upstreams.relay(sent, meter, done, out.resume, ex.deadline)
     media_type = sent.response.headers.get("content-type", "application/json")
-    return Relay.encoded(chunks, status, ex.encoded_headers(sent.pool), media_type, sse_error_event)
+    headers = ex.encoded_headers(sent.pool)
+    return Relay.encoded(chunks, status, headers, media_type, sse_error_event, ex.deadline)
 
 
 def _send(
@@ -379,10 +380,16 @@ class Relay(StreamingResponse):
     ``ending`` ends a stream that broke in a way the gateway could not hide: after the whole events
     already sent, the client gets ``ending(status, message)`` (an error event in the stream's own
     format) and the stream's end. Without it such a stream stops where it broke. Chunks are bytes.
+
+    ``deadline`` (on the loop's clock) is the request's (``timeouts.total_s``): a client that stops
+    reading holds the relay where it waits for the client to take more, beyond every upstream time
+    limit, and with it the upstream's request and its seat in a batch. Past the deadline the
+    connection is dropped, the upstream request ends and the request counts as the client's loss (499).
     """
 
     body_iterator: AsyncIterator[bytes]
     ending: Callable[[int, str], bytes] | None = None
+    deadline: float | None = None
 
     def __init__(
         self,
@@ -391,9 +398,11 @@ class Relay(StreamingResponse):
         headers: Mapping[str, str] | None = None,
         media_type: str | None = None,
         ending: Callable[[int, str], bytes] | None = None,
+        deadline: float | None = None,
     ) -> None:
         super().__init__(chunks, status, headers=headers, media_type=media_type)
         self.ending = ending
+        self.deadline = deadline
 
     @classmethod
     def encoded(
@@ -403,6 +412,7 @@ class Relay(StreamingResponse):
         headers: list[tuple[bytes, bytes]],
         media_type: str,
         ending: Callable[[int, str], bytes] | None = None,
+        deadline: float | None = None,
     ) -> Relay:
         """A relay whose head starts as ``headers``, already encoded: what Starlette's constructor
         would make of the same headers as a dict, without encoding and checking them per request."""
@@ -413,25 +423,40 @@ class Relay(StreamingResponse):
         relay.background = None
         relay.raw_headers = _head(headers, status, None, media_type)
         relay.ending = ending
+        relay.deadline = deadline
         return relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = scope.get(CLIENT_SCOPE_KEY)
-        writer = client.writer if isinstance(client, ClientState) else None
+        state = client if isinstance(client, ClientState) else None
+        writer = state.writer if state is not None else None
         with contextlib.suppress(APIError):  # 499: the relay saw the cancellation and closed upstream
-            await _unless_disconnected(Request(scope, receive), self.stream_response(send, writer))
+            await _unless_disconnected(Request(scope, receive), self.stream_response(send, writer, state))
 
-    async def stream_response(self, send: Send, writer: ChunkWriter | None = None) -> None:
+    async def stream_response(
+        self, send: Send, writer: ChunkWriter | None = None, client: ClientState | None = None
+    ) -> None:
         """The stream; its head, each chunk and its end by ``writer`` where it takes them, else as ASGI
-        messages."""
+        messages; ``client``'s connection dropped if it takes none past the deadline."""
         if writer is None or not writer.start(self.status_code, self.raw_headers):
             await send(
                 {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
             )
+        deadline = self.deadline if client is not None and client.transport is not None else None
         try:
             async for chunk in self.body_iterator:
                 if writer is None or not writer.write(chunk):
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    message = {"type": "http.response.body", "body": chunk, "more_body": True}
+                    if deadline is None:
+                        await send(message)
+                        continue
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            await send(message)  # waits while the client's connection is full
+                    except TimeoutError:
+                        assert client is not None
+                        await self._stalled(send, client)
+                        return
         except UpstreamError as e:
             if self.ending is None:
                 raise
@@ -440,6 +465,16 @@ class Relay(StreamingResponse):
             await send({"type": "http.response.body", "body": event, "more_body": True})
         if writer is None or not writer.end():
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _stalled(self, send: Send, client: ClientState) -> None:
+        """The client took nothing more until the request's deadline: drop its connection, end the
+        upstream request (the relay records it), and wait until the server has seen the connection go."""
+        log.warning("a client read none of its stream until the request's time ran out: connection dropped")
+        client.abort()
+        close = getattr(self.body_iterator, "aclose", None)
+        if close is not None:
+            await close()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class Answer(Response):

@@ -638,3 +638,49 @@ def test_with_cors_on_the_completions_answers_carry_its_headers_on_the_real_serv
                 assert got == want
         finally:
             upstream.close()
+
+
+class EndlessUpstream(HoldingUpstream):
+    """An upstream that answers every ``POST`` with a stream that never ends, until the gateway closes it."""
+
+    EVENT = b'data: {"id":"c","object":"text_completion","choices":[{"index":0,"text":"%s"}]}\n\n' % (
+        b"y" * 16_000
+    )
+
+    def _post(self, conn: socket.socket, head: bytes, rest: bytes) -> None:
+        self.held.set()
+        conn.settimeout(PATIENCE_S)
+        with contextlib.suppress(OSError):
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+            while True:
+                conn.sendall(self.EVENT)
+        self.released.set()
+
+
+def test_a_client_that_stops_reading_its_stream_loses_it_at_the_requests_deadline(caplog: Any) -> None:
+    """Waiting for a client to take more is bounded by the request's time (``timeouts.total_s``) like
+    every upstream wait: then its connection is dropped, the upstream request ends, and the request
+    counts as the client's loss (499)."""
+    upstream = EndlessUpstream()
+    try:
+        with serving(upstream.url, extra={"timeouts": {"total_s": 2.0}}) as port:
+            client = socket.socket()
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.connect(("127.0.0.1", port))
+            body = orjson.dumps({"model": "demo-model", "prompt": "Go on.", "stream": True})
+            client.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            assert upstream.held.wait(PATIENCE_S), "the request never reached the upstream"
+            # the client reads nothing from here on
+            assert upstream.released.wait(PATIENCE_S), "the stream outlived its request's time"
+            assert _counted_499(port), "the stalled request was not recorded as 499"
+            client.settimeout(PATIENCE_S)
+            with contextlib.suppress(ConnectionResetError):
+                while client.recv(1 << 20):  # what was queued before the drop, then the end
+                    pass
+            client.close()
+    finally:
+        upstream.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "the drop was logged as an error"
