@@ -237,14 +237,16 @@ class Upstreams:
             return [pool, OTHER_POOL[pool]]
         return [pool]
 
-    def _pick(self, pool: PoolName, allow_failover: bool, tried: list[Endpoint]) -> Endpoint | None:
+    def _pick(
+        self, pool: PoolName, allow_failover: bool, tried: list[Endpoint], panic: bool = True
+    ) -> Endpoint | None:
         """The next endpoint to try: a usable one of the candidate pools, else (panic) any of them."""
         names = self._candidates(pool, allow_failover)
         for name in names:
             endpoint = self.pools[name].pick(exclude=tried)
             if endpoint is not None:
                 return endpoint
-        if not self.settings.retries.panic:
+        if not panic or not self.settings.retries.panic:
             return None
         for name in names:
             endpoint = self.pools[name].pick(exclude=tried, panic=True)
@@ -292,8 +294,9 @@ class Upstreams:
         deadlines = self._deadlines(first_byte_s or self._first_byte_s)
         tried = [] if tried is None else tried
         limit = self._attempts if attempts is None else attempts
+        panic = True  # until a try is cut by its endpoint's failed checks: they were right, not wrong
         while len(tried) < limit:
-            endpoint = self._pick(pool, allow_failover, tried)
+            endpoint = self._pick(pool, allow_failover, tried, panic)
             if endpoint is None:
                 break
             attempt = len(tried)
@@ -384,7 +387,7 @@ class Upstreams:
                 else:  # taken out of the set by Endpoint.unanswering: the endpoint stopped answering
                     # its checks. No time limit was reached: when no other endpoint answers, the client
                     # is told the service is unavailable for now, not that it timed out
-                    kind = "unhealthy"
+                    kind, panic = "unhealthy", False
                     error = Unreachable(
                         "the upstream stopped answering its health checks", BUSY_RETRY_AFTER_S
                     )

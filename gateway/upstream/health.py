@@ -25,6 +25,7 @@ log = logging.getLogger("specroute.health")
 async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthConfig) -> bool:
     url = endpoint.base_url + health.path
     cause = ""
+    silent = False  # no answer in time: what a frozen server gives
     try:
         resp = await client.get(url, timeout=health.timeout_s)
         ok = resp.status_code == 200
@@ -32,6 +33,7 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
             cause = f"answered {resp.status_code}"
     except (httpx.HTTPError, OSError) as e:  # OSError: a socket or TLS error the transport let through
         ok, cause = False, failure(e, health.timeout_s)
+        silent = isinstance(e, httpx.TimeoutException) and cause.startswith("no answer")
     if ok and endpoint.stalled:  # its server answers; its engine hangs (the scrape said so and why)
         ok, cause = False, "its engine takes no step"
     if ok != endpoint.healthy:
@@ -45,17 +47,23 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
     # It stopped answering: what waited on it moves, at the second failed check in a row. One slow
     # /health (a busy API server) takes it out of rotation but does not throw away the work running
     # there; a frozen server fails the next check too. A request sent to it while it failed (panic
-    # mode, for want of any other) stays. A hung engine the scrape sees moves its requests at once.
+    # mode, for want of any other) moves at the second failed check after it was sent when the first of
+    # them got no answer at all (a frozen server would hold it to timeouts.total_s); one whose checks
+    # are answered, with a failing status, stays: a wrong health check is what panic mode is for. A hung
+    # engine the scrape sees moves its requests at once.
     suspects, endpoint.suspects = endpoint.suspects, None
     if not ok and was:
         endpoint.suspects = set(endpoint.awaiting)
-    elif not ok and suspects and (moved := endpoint.unanswering(suspects)):
-        log.warning(
-            "endpoint %s/%s: %d request(s) waiting for its answer sent elsewhere",
-            endpoint.pool,
-            endpoint.name,
-            moved,
-        )
+    elif not ok:
+        if suspects and (moved := endpoint.unanswering(suspects)):
+            log.warning(
+                "endpoint %s/%s: %d request(s) waiting for its answer sent elsewhere",
+                endpoint.pool,
+                endpoint.name,
+                moved,
+            )
+        if silent:
+            endpoint.suspects = set(endpoint.awaiting) or None
     if ok and endpoint.ejected():
         log.warning("endpoint %s/%s passed its health check: ejection ended", endpoint.pool, endpoint.name)
         endpoint.end_ejection()

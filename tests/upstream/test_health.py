@@ -196,9 +196,10 @@ async def test_one_slow_health_check_does_not_throw_away_the_work_waiting_there(
     assert len(script.log) == 1 and busy.suspects is None
 
 
-async def test_a_request_sent_to_an_endpoint_already_failing_its_checks_is_left_to_its_time_limit() -> None:
-    """Panic mode sends a request to an endpoint that fails its checks when no other is usable: a later
-    failing check of the same endpoint does not cut it (only the turn from healthy to unhealthy does)."""
+async def test_a_request_sent_to_an_endpoint_whose_checks_are_answered_with_a_failure_is_left_alone() -> None:
+    """Panic mode sends a request to an endpoint that fails its checks when no other is usable; checks
+    that are answered (a failing status: maybe a wrong health check, which panic mode is for) do not cut
+    it (only the turn from healthy to unhealthy, or checks that get no answer, do)."""
     endpoint = Endpoint(pool="baseline", name="base-0", base_url="http://base-0:8000")
     endpoint.healthy = False
     wait = Deadlines(60).wait
@@ -215,5 +216,36 @@ async def test_a_request_sent_to_an_endpoint_already_failing_its_checks_is_left_
     await asyncio.sleep(0)
     async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(500))) as client:
         assert not await check(client, endpoint, HealthConfig())
+        assert not await check(client, endpoint, HealthConfig())
     await task  # ended by itself, not cut
     assert not task_waits[0].expired
+
+
+async def test_a_request_sent_in_panic_to_a_silent_endpoint_moves_at_the_second_silent_check_and_no_further():
+    """Every endpoint frozen (accepting connections, answering nothing) and failing its checks: panic mode
+    sends a request to one anyway. Had it been left to its time limit, a non-streamed request would wait
+    ``timeouts.total_s`` (600 s by default); it moves at the second check after it was sent that gets no
+    answer (not the first: a busy server may miss one), and the checks having proved right, it is not
+    sent to another failing endpoint: the client is told to come back (a 503 with Retry-After)."""
+    script = Script(["stall_head", "stall_head"])
+    async with serving(script, "base-a", "base-b") as servers:
+        pool = {"endpoints": [{"name": s.name, "url": s.url} for s in servers], "models": ["m"]}
+        overrides = {"pools": {"speculative": pool, "baseline": pool}, "logging": {"access_log": False}}
+        async with upstreams_for(load_settings(overrides=overrides)) as upstreams:
+            for endpoint in upstreams.pools["baseline"].endpoints:
+                endpoint.healthy = False
+            body = b'{"model":"m","prompt":"hi","max_tokens":2}'
+            fetch = asyncio.create_task(upstreams.fetch("/v1/completions", body, {}, "baseline", False))
+            while not script.log:  # noqa: ASYNC110 - the scripted server sets no event
+                await asyncio.sleep(0.01)
+            frozen = next(e for e in upstreams.pools["baseline"].endpoints if e.name == script.log[0][0])
+            async with httpx.AsyncClient(transport=httpx.MockTransport(_timed_out)) as client:
+                assert not await check(client, frozen, HealthConfig())
+                await asyncio.sleep(0.05)
+                assert not fetch.done() and frozen.awaiting
+                assert not await check(client, frozen, HealthConfig())
+            with pytest.raises(Unreachable) as e:
+                await asyncio.wait_for(fetch, 30)  # a hang guard only
+    assert from_upstream(e.value).status == 503 and e.value.retry_after_s == 1
+    assert len(script.log) == 1  # not sent on to the other frozen endpoint
+    assert upstreams.metrics.panic.labels("baseline")._value.get() == 1
