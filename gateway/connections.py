@@ -20,6 +20,9 @@ runs) adds both rules:
   answered in its turn on the connection;
 - bytes that are not an HTTP/1.1 request get an OpenAI-shaped 400 (uvicorn's is plain text) and the
   connection is closed;
+- a connection with more than :data:`MAX_PIPELINED` requests waiting behind the one being answered
+  (HTTP/1.1 pipelining, sent without reading the answers) is dropped: each waiting request holds
+  memory, and one read can carry thousands;
 - a connection opened while ``server.max_connections`` are already open gets one OpenAI-shaped 503
   answer to its first request, with ``Connection: close``, and is closed. Connections already open
   are not disturbed.
@@ -97,6 +100,10 @@ def _closing_response(status: bytes, body: bytes) -> bytes:
     )
 
 
+#: the most requests a connection may have waiting behind the one being answered (HTTP/1.1 pipelining;
+#: clients that pipeline at all send a few): past it the connection is dropped
+MAX_PIPELINED = 64
+
 #: how long a refused request's body is read before the answer, and the body of a request answered
 #: before it arrived after the answer, so that closing the connection on unread bytes (which resets it)
 #: does not destroy the answer before the client reads it
@@ -151,6 +158,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._measure = False  # whether a head completed in the current read could be over the limit
         self._idle_since: float | None = None  # when the last response ended, while no byte came since
         self._drain_timer: asyncio.TimerHandle | None = None  # a body read after its request's answer
+        self._dropped = False  # pipelined too far ahead: closed, nothing more of it parsed is served
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -218,6 +226,19 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_bound = 0
         self._cancel_head_timer()
+        if self._dropped:
+            return  # the rest of a read that overran the pipeline (below) is not served
+        if len(self.pipeline) >= MAX_PIPELINED:
+            # each request waiting its turn holds its scope, cycle and headers, and one read can hold
+            # thousands of small ones: a client that sends this far ahead of its answers, reading none,
+            # would grow the process by megabytes a read, on any number of connections
+            self._dropped = True
+            self.logger.warning(
+                "a client sent more than %d requests ahead of their answers on one connection: dropped",
+                MAX_PIPELINED,
+            )
+            self.transport.abort()
+            return
         app = self.app
         if self._measure and self._head_size() > self.limits.max_header_bytes:
             # answered by its own cycle, so that a response still going out on this connection

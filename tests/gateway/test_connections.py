@@ -25,7 +25,13 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.app import create_app, fast_path
 from gateway.config import load_settings
-from gateway.connections import ConnectionLimits, CycleWriter, GuardedHttpProtocol, HeadWithBody
+from gateway.connections import (
+    MAX_PIPELINED,
+    ConnectionLimits,
+    CycleWriter,
+    GuardedHttpProtocol,
+    HeadWithBody,
+)
 from gateway.server import DrainingServer, guard_connections, uvicorn_options
 from gateway.stack import demo_config, free_port
 
@@ -684,3 +690,22 @@ def test_a_client_that_stops_reading_its_stream_loses_it_at_the_requests_deadlin
     finally:
         upstream.close()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "the drop was logged as an error"
+
+
+def test_a_client_that_pipelines_far_ahead_of_its_answers_is_dropped_a_few_ahead_are_served() -> None:
+    """Each request waiting its turn on a connection holds memory; one read can carry thousands."""
+    with serving() as port:
+        with _connect(port) as sock:
+            sock.sendall(HEALTH * 10)
+            answers = b""
+            while answers.count(b'{"status":"ok"}') < 10:
+                chunk = sock.recv(65536)
+                assert chunk, "the connection closed before the tenth answer"
+                answers += chunk
+        with _connect(port) as sock:
+            sock.sendall(HEALTH * 2000)
+            answers = b""
+            with contextlib.suppress(ConnectionResetError):  # dropped with requests unread: a reset
+                while chunk := sock.recv(65536):
+                    answers += chunk
+            assert answers.count(b'{"status":"ok"}') <= MAX_PIPELINED + 1  # dropped, not served to the end
