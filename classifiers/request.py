@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, dataclass_transform
 
 MAX_CHARS = 200_000  # never look beyond this much text of any one field
+MAX_ITEMS = 64  # nor beyond this many items of an array (a prompt of token ids, a list of stop strings)
 SYSTEM_SCAN = 4_000  # characters of each system message read for a JSON or tool contract
 # A system prompt that asks for JSON or lays out functions with typed parameters: the reply is a JSON object
 # or a tool call whatever the user's words are. JSON and its schema keywords read the same in every language.
@@ -69,8 +70,9 @@ def _prompt_text(prompt: Any) -> str:
     if isinstance(prompt, str):
         return prompt[:MAX_CHARS]
     if isinstance(prompt, list):
-        # a batch of prompts (or token ids): the first string stands for the batch
-        for item in prompt:
+        # a batch of prompts (or token ids): the first string stands for the batch; a batch's items
+        # share one type, so a few tell (a million token ids are not read one by one)
+        for item in prompt[:MAX_ITEMS]:
             if isinstance(item, str):
                 return item[:MAX_CHARS]
     return ""
@@ -107,7 +109,7 @@ def _constraint(body: Mapping[str, Any]) -> float:
 def _stop_structured(stop: Any) -> bool:
     if not stop:
         return False
-    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    stops = [stop] if isinstance(stop, str) else stop[:MAX_ITEMS] if isinstance(stop, list) else []
     return any(
         isinstance(s, str) and ("```" in s or "\n" in s or s.strip() in {";", "}", "</"}) for s in stops
     )

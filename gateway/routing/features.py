@@ -109,7 +109,7 @@ def _instruction(body: Mapping[str, Any]) -> tuple[str, int]:
         return last, total
     prompt = body.get("prompt")
     if isinstance(prompt, list):
-        prompt = next((p for p in prompt if isinstance(p, str)), "")
+        prompt = next((p for p in prompt[:64] if isinstance(p, str)), "")  # a batch: its first text
     text = prompt if isinstance(prompt, str) else ""
     return text, len(text)
 

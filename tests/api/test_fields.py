@@ -5,8 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from classifiers.request import view
 from gateway.api.errors import APIError
 from gateway.api.fields import check_types
+from gateway.routing.features import extract
 
 
 @pytest.mark.parametrize(
@@ -47,3 +49,36 @@ def test_a_completion_may_give_its_prompt_as_embeddings_alone() -> None:
     check_types({"prompt_embeds": "AAAA"}, "completions")
     with pytest.raises(APIError):  # but a prompt that is given must be one
         check_types({"prompt": 5, "prompt_embeds": "AAAA"}, "completions")
+
+
+class _Unread(list):  # type: ignore[type-arg]
+    """An array that may be sliced but never walked whole: a prompt of a million token ids, a million
+    stop strings (a 4 MB body), whose every item read cost the event loop 50-150 ms per request."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("walked a whole array")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m", "prompt": _Unread([7] * 100_000)},
+        {"model": "m", "prompt": _Unread([[7]] * 100_000)},
+        {"model": "m", "prompt": _Unread(["text"] * 100_000)},
+        {"model": "m", "prompt": "hi", "stop": _Unread(["\n"] * 100_000)},
+    ],
+)
+def test_the_classifier_and_the_acceptance_features_read_the_head_of_long_arrays(
+    body: dict[str, object],
+) -> None:
+    v = view(body)
+    assert v.text in ("", "text", "hi") and v.stop_structured == ("stop" in body)
+    assert extract(body, "other", 0.5).values
+
+
+def test_a_long_prompt_of_token_ids_is_type_checked_by_its_head_the_upstream_judges_the_rest() -> None:
+    check_types({"model": "m", "prompt": [7] * 100_000 + ["x"]}, "completions")
+    check_types({"model": "m", "prompt": [[7]] * 100_000 + [["x"]]}, "completions")
+    with pytest.raises(APIError) as e:
+        check_types({"model": "m", "prompt": ["x", *[7] * 100_000]}, "completions")
+    assert e.value.param == "prompt"
