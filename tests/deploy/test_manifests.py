@@ -74,6 +74,8 @@ def test_base_with_servicemonitor_validates(base_with_servicemonitor: list[Doc])
     for endpoint in monitor["spec"]["endpoints"]:
         assert endpoint["port"] in port_names
         assert endpoint["path"] == "/metrics"
+        # the gateway's own `endpoint` label must win over the Operator's target label of that name
+        assert endpoint.get("honorLabels") is True
 
 
 def test_validation_rejects_broken_objects(base_with_servicemonitor: list[Doc]) -> None:
