@@ -9,6 +9,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from time import perf_counter
 
 import aiohttp
 import httpx
@@ -23,11 +24,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.accesslog import AccessLog
 from gateway.api import passthrough, routes
 from gateway.api.cors import with_cors
+from gateway.api.edge import observe
 from gateway.api.errors import APIError, error_body, error_response, sse_error_event
-from gateway.api.request import request_id
+from gateway.api.request import request_id, trace_id
 from gateway.api.responses import responses
 from gateway.api.state import Gateway
 from gateway.config import PoolName, Settings
+from gateway.connections import refuse
 from gateway.observability import Metrics
 from gateway.observe import Observer
 from gateway.routing.adaptive import AdaptivePolicy
@@ -35,7 +38,7 @@ from gateway.routing.learned import LearnedState, check_path, deployment
 from gateway.routing.measurement import MeasurementGate
 from gateway.routing.policy import Policy
 from gateway.tls import upstream_context
-from gateway.types import CLIENT_SCOPE_KEY, ClientState
+from gateway.types import CLIENT_SCOPE_KEY, REFUSED_SCOPE_KEY, ClientState, Route
 from gateway.upstream import discovery, health
 from gateway.upstream.credentials import UpstreamKeys
 from gateway.upstream.forward import Upstreams
@@ -247,6 +250,9 @@ def fast_path(app: FastAPI) -> ASGIApp:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        if REFUSED_SCOPE_KEY in scope and scope["path"] != "/health":
+            await _refused(app, scope, receive, send)
+            return
         progress = _Progress(send)
         try:
             handler = hot.get(scope["path"]) if scope["method"] == "POST" else None
@@ -282,6 +288,32 @@ def fast_path(app: FastAPI) -> ASGIApp:
             scope.pop(CLIENT_SCOPE_KEY, None)
 
     return with_cors(asgi, app.state.cors)
+
+
+#: the metrics label of the gateway's own routes (the rest of ``/v1/*`` as the passthrough labels it)
+_ROUTES: dict[str, Route] = {
+    "/v1/completions": "completions",
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+    "/tokenize": "tokenize",
+    "/detokenize": "detokenize",
+}
+
+
+async def _refused(app: FastAPI, scope: Scope, receive: Receive, send: Send) -> None:
+    """A request on a connection beyond ``server.max_connections``: a 503, then the connection closes;
+    counted (``specroute_requests_total``, status 503) and logged like any answer, so that a gateway at
+    its connection cap shows in the error rate."""
+    started = perf_counter()
+    request = Request(scope, receive)
+    rid = request_id(request)
+    await refuse(receive, send, rid)
+    gw: Gateway | None = getattr(app.state, "gateway", None)
+    if gw is not None:
+        path = scope["path"]
+        route = _ROUTES.get(path) or (passthrough.route_label(path) if path.startswith("/v1/") else "other")
+        observe(gw, rid=rid, route=route, started=started, status=503, trace=trace_id(request))
 
 
 @dataclass(slots=True)

@@ -24,8 +24,9 @@ runs) adds both rules:
   (HTTP/1.1 pipelining, sent without reading the answers) is dropped: each waiting request holds
   memory, and one read can carry thousands;
 - a connection opened while ``server.max_connections`` are already open gets one OpenAI-shaped 503
-  answer to its first request, with ``Connection: close``, and is closed. Connections already open
-  are not disturbed.
+  answer to its first request, with ``Connection: close``, and is closed (the application answers it,
+  so that it is counted and logged like any answer, and serves ``/health`` there: a liveness probe
+  must not fail because the gateway is busy). Connections already open are not disturbed.
 
 The keep-alive time-out is one timer per idle period rather than one per response: uvicorn arms a
 timer when a response ends and cancels it at the next request's first byte, a timer armed and
@@ -71,7 +72,7 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 
 from gateway.api.errors import error_body
-from gateway.types import CLIENT_SCOPE_KEY, ClientState
+from gateway.types import CLIENT_SCOPE_KEY, REFUSED_SCOPE_KEY, ClientState
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +111,11 @@ MAX_PIPELINED = 64
 REFUSE_DRAIN_S = 1.0
 
 
-async def _drain_and_answer(
+async def drain_and_answer(
     receive: Receive, send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]]
 ) -> None:
+    """Read the request's body (for at most :data:`REFUSE_DRAIN_S`), then answer ``status`` with
+    ``body`` and ``Connection: close``."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(REFUSE_DRAIN_S):
             while (await receive()).get("more_body", False):
@@ -127,14 +130,15 @@ async def _drain_and_answer(
     await send({"type": "http.response.body", "body": body})
 
 
-async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
-    """The one answer a connection beyond the cap gets."""
-    await _drain_and_answer(receive, send, 503, _REFUSED, [(b"retry-after", b"1")])
+async def refuse(receive: Receive, send: Send, request_id: str) -> None:
+    """The answer a request on a connection beyond the cap gets (the application counts it)."""
+    extra = [(b"retry-after", b"1"), (b"x-request-id", request_id.encode("latin-1"))]
+    await drain_and_answer(receive, send, 503, _REFUSED, extra)
 
 
 async def head_too_large(scope: Scope, receive: Receive, send: Send) -> None:
     """The answer to a complete request head over ``server.max_header_bytes``; the connection closes."""
-    await _drain_and_answer(receive, send, 431, _HEAD_TOO_LARGE, [])
+    await drain_and_answer(receive, send, 431, _HEAD_TOO_LARGE, [])
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -159,12 +163,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._idle_since: float | None = None  # when the last response ended, while no byte came since
         self._drain_timer: asyncio.TimerHandle | None = None  # a body read after its request's answer
         self._dropped = False  # pipelined too far ahead: closed, nothing more of it parsed is served
+        self._refusing = False  # opened beyond server.max_connections (see connection_made)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._held = HeadWithBody(transport, self.loop)  # every response's writes, one after another
-        if len(self.connections) > self.limits.max_connections:
-            self.app = refuse
+        # beyond the cap: every request is answered 503 but /health (a liveness probe), then it closes
+        self._refusing = len(self.connections) > self.limits.max_connections
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -276,9 +281,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.server_state.default_headers,
             asyncio.Event(),
             self.expect_100_continue,
-            http_version != "1.0" and parser.should_keep_alive(),
+            http_version != "1.0" and parser.should_keep_alive() and not self._refusing,
             self.on_response_complete,
         )
+        if self._refusing:
+            scope[REFUSED_SCOPE_KEY] = True  # type: ignore[literal-required]
         # the request's task finds the signal in its scope
         scope[CLIENT_SCOPE_KEY] = ClientState(CycleWriter(cycle), self.transport)  # type: ignore[literal-required]
         if existing is None or existing.response_complete:

@@ -227,23 +227,40 @@ def test_connections_beyond_the_cap_are_refused_while_open_ones_keep_working() -
             sock.sendall(HEALTH)
             assert _response(sock)[0].startswith(b"HTTP/1.1 200")
 
-        for request in (HEALTH, CHAT):  # with a body too: the answer is read, not lost to a reset
+        metrics = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        for request in (metrics, CHAT):  # with a body too: the answer is read, not lost to a reset
             surplus = _connect(port)
             surplus.sendall(request)
             received = _read_until_closed(surplus)
             head, _, rest = received.partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 503") and b"connection: close" in head.lower(), head
+            assert b"x-request-id:" in head.lower()
             assert _error(rest)["type"] == "ServiceUnavailableError"
+        # a liveness probe is answered however busy the gateway is (failing it would restart the
+        # gateway and cut every stream it holds); the connection closes all the same
+        surplus = _connect(port)
+        surplus.sendall(HEALTH)
+        head, _, rest = _read_until_closed(surplus).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" in head.lower(), head
 
         for sock in held:  # the connections already open are served as before
             sock.sendall(HEALTH)
             assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+        held[1].sendall(metrics)  # the refusals are counted like any answer
+        text = _response(held[1])[1]
+        refused = [
+            line
+            for line in text.splitlines()
+            if line.startswith(b"specroute_requests_total{") and b'status="503"' in line
+        ]
+        assert any(b'route="completions"' in line for line in refused), refused
+        assert any(b'route="other"' in line for line in refused), refused
         held[0].close()
         # with one closed, a new connection is served again (closing is seen asynchronously: poll)
         deadline = time.monotonic() + PATIENCE_S
         while time.monotonic() < deadline:
             again = _connect(port)
-            again.sendall(HEALTH)
+            again.sendall(metrics)
             head, _, _ = _read_head(again)
             if head.startswith(b"HTTP/1.1 200"):
                 break
