@@ -281,7 +281,7 @@ def fast_path(app: FastAPI) -> ASGIApp:
                 task.uncancel()
             progress.written_by(scope.get(CLIENT_SCOPE_KEY))
             if not progress.complete:  # else only the bookkeeping after the response was left
-                await _cut_at_shutdown(progress, send)
+                await _cut_at_shutdown(progress, send, request_id(Request(scope)))
         finally:
             # the client's state holds the response's cycle, which holds this scope: let go of it, so
             # that the request's objects are freed when it ends rather than by the garbage collector
@@ -352,15 +352,17 @@ class _Progress:
 SHUTDOWN_MESSAGE = "the gateway is shutting down; send the request again"
 
 
-async def _cut_at_shutdown(progress: _Progress, send: Send) -> None:
-    """End a request that outlived the shutdown grace period: a 503 body, or an error event in a stream."""
-    log.warning("shutdown grace period over: ending a request in flight with 503")
+async def _cut_at_shutdown(progress: _Progress, send: Send, rid: str) -> None:
+    """End a request that outlived the shutdown grace period: a 503 body (with the request's id, as the
+    access log has it), or an error event in a stream."""
+    log.warning("shutdown grace period over: ending request %s in flight with 503", rid)
     if not progress.started:
         body = error_body(503, SHUTDOWN_MESSAGE)
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
             (b"connection", b"close"),
+            (b"x-request-id", rid.encode("latin-1")),
         ]
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body})

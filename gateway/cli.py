@@ -65,13 +65,14 @@ def health_command(
     config: Annotated[
         Path | None, typer.Option("--config", "-c", help="YAML configuration file, as given to serve")
     ] = None,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for the answer")] = 4.0,
+    timeout: Annotated[float, typer.Option(min=0.01, help="seconds to wait for the answer")] = 4.0,
     cert: Annotated[
         Path | None, typer.Option(help="client certificate under mutual TLS (default: server.tls_cert_file)")
     ] = None,
     key: Annotated[Path | None, typer.Option(help="its key, when not in --cert's file")] = None,
 ) -> None:
-    """Ask the gateway on this machine for /health where its configuration says it listens (exit 0: 200)."""
+    """Ask the gateway on this machine for /health where its configuration says it listens (exit 0: 200,
+    else 1, a configuration it cannot read included: a container's health check reserves 2)."""
     from gateway.config import ConfigError, load_settings
     from gateway.server import probe_health
 
@@ -79,7 +80,7 @@ def health_command(
         settings = load_settings(config)
     except ConfigError as e:
         typer.echo(str(e), err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(1) from None
     problem = probe_health(settings.server, timeout, cert, key)
     if problem is not None:
         typer.echo(problem, err=True)

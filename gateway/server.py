@@ -25,12 +25,13 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 from uvicorn.supervisors import Multiprocess
 
-from gateway.config import ServerConfig, Settings, load_settings
+from gateway.config import ConfigError, ServerConfig, Settings, load_settings
 from gateway.connections import ConnectionLimits, GuardedHttpProtocol
 from gateway.observability import MULTIPROC_ENV, configure_logging
 from gateway.tls import check_server, server_options, upstream_context
 
 CONFIG_ENV = "SPECROUTE_CONFIG_FILE"
+EXIT_CONFIG = 2  # a worker's exit status when its configuration cannot be read (as `specroute serve`)
 
 log = logging.getLogger("specroute.server")
 
@@ -83,7 +84,13 @@ def app_from_env() -> ASGIApp:
     from gateway.app import create_app, fast_path
 
     path = os.environ.get(CONFIG_ENV)
-    settings = load_settings(path)
+    try:
+        settings = load_settings(path)
+    except ConfigError as e:
+        # a configuration edited wrong before a reload (SIGHUP) or a worker's restart: one line, not a
+        # traceback per try; the supervisor keeps the workers it has and tries again
+        print(f"worker {os.getpid()} not started: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_CONFIG) from None
     configure_logging(settings.logging.level)  # a spawned worker starts with Python's defaults
     guard_connections(settings.server)
     app = create_app(settings)

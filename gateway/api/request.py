@@ -65,6 +65,7 @@ new_request_id = _RequestIds().next
 
 
 MAX_REQUEST_ID = 128
+REQUEST_ID_KEY = "specroute.request_id"  # the scope's key of the id, once it is known
 """The longest client ``x-request-id`` kept (a UUID is 36 characters, a W3C trace id 32)."""
 
 
@@ -75,10 +76,17 @@ def request_id(request: Request) -> str:
     is kept only when it is printable ASCII of at most :data:`MAX_REQUEST_ID` characters: a control
     character, a byte outside ASCII or 20 KB of id would otherwise travel everywhere the id does.
     """
+    scope = request.scope
+    known: str | None = scope.get(REQUEST_ID_KEY)
+    if known is not None:  # once per request: its handler, an error handler, a shutdown's cut agree
+        return known
     value = header(request, b"x-request-id")
     if value and len(value) <= MAX_REQUEST_ID and value.isascii() and value.isprintable():
-        return value
-    return new_request_id()
+        rid = value
+    else:
+        rid = new_request_id()
+    scope[REQUEST_ID_KEY] = rid
+    return rid
 
 
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")

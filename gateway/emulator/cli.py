@@ -25,7 +25,7 @@ class SpecMetricsOpt(StrEnum):
 
 def emulate_command(
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to bind")] = 8001,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port to bind (0: a free one)")] = 8001,
     mode: Annotated[
         ModeOpt, typer.Option(help="speculative (target + draft) or baseline pool")
     ] = ModeOpt.speculative,

@@ -57,6 +57,8 @@ def config(tmp_path: Path) -> Path:
         (["serve", "--no-such-flag"], "No such option: --no-such-flag"),
         (["nonsense"], "No such command 'nonsense'"),
         (["bench", "run"], "specroute bench run: Missing option '--url'"),
+        (["health", "--timeout", "-1"], "specroute health: Invalid value for '--timeout'"),
+        (["emulate", "--port", "70000"], "specroute emulate: Invalid value for '--port'"),
     ],
 )
 def test_invalid_command_line_is_one_line_with_exit_2(config: Path, args: list[str], expected: str) -> None:

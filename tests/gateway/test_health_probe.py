@@ -88,3 +88,12 @@ def test_under_mutual_tls_the_check_shows_a_client_certificate(tmp_path, certs, 
 def test_a_port_the_system_chooses_cannot_be_checked(tmp_path, capsys):
     assert run(["health", "--config", str(_config(tmp_path, 0))]) == 1
     assert "server.port is 0" in capsys.readouterr().err
+
+
+def test_a_configuration_it_cannot_read_fails_the_check_with_1_not_the_reserved_2(tmp_path, capsys):
+    """Docker's HEALTHCHECK reserves exit status 2: a configuration edited wrong in a running container
+    is an unhealthy check (1), said in one line."""
+    bad = tmp_path / "gw.yaml"
+    bad.write_text("routing: {strategy: adaptiv}\n")
+    assert run(["health", "--config", str(bad)]) == 1
+    assert "routing.strategy" in capsys.readouterr().err

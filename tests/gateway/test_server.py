@@ -5,11 +5,12 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from types import FrameType, SimpleNamespace
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
 
-from gateway.server import drain_on_signals
+from gateway.server import CONFIG_ENV, app_from_env, drain_on_signals
 
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -60,3 +61,18 @@ def test_outside_a_server_the_signals_are_left_alone() -> None:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def test_a_worker_whose_configuration_cannot_be_read_says_so_in_one_line_and_exits_2(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reload (SIGHUP) or a worker's restart after the file was edited wrong: the supervisor's worker
+    ends with the configuration's own message, not a traceback on every try."""
+    bad = tmp_path / "gw.yaml"
+    bad.write_text("routing: {strategy: adaptiv}\n")
+    monkeypatch.setenv(CONFIG_ENV, str(bad))
+    with pytest.raises(SystemExit) as e:
+        app_from_env()
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "routing.strategy" in err[0] and "not started" in err[0]

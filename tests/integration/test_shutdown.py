@@ -317,6 +317,8 @@ def test_requests_longer_than_the_grace_period_end_in_the_apis_format_without_de
     # each is logged once, as the 503 the client got (not a 499, "client closed", nor left out)
     lines = _access_log(gateway)
     assert sorted(line["status"] for line in lines) == [503, 503], lines
+    # under the id the client was told, so that its answer can be found in the log
+    assert plain.response.headers["x-request-id"] in {line["request_id"] for line in lines}
     assert all(line["decided_pool"] == "baseline" for line in lines), lines
 
 
