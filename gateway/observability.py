@@ -305,6 +305,15 @@ class Metrics:
             multiprocess_mode="livemostrecent",
             registry=r,
         )
+        # per pool, so that a pool with no endpoint at all (a discovery name that resolves to nothing)
+        # shows as down: it has no endpoint_up series to be 0
+        self.pool_available = Gauge(
+            "specroute_pool_available_endpoints",
+            "Endpoints of the pool that are healthy and not ejected (0 also when it has none).",
+            ["pool"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
         self.inflight = Gauge(
             "specroute_inflight_requests",
             "Requests in flight to each endpoint.",

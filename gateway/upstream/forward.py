@@ -215,9 +215,13 @@ class Upstreams:
         scrapes keep going to the other workers (Prometheus keeps its connection to one).
         """
         for pool in self.pools.values():
+            available = 0
             for ep in pool.endpoints:
-                self.metrics.endpoint_up.labels(pool.name, ep.name).set(1.0 if ep.available() else 0.0)
+                up = ep.available()
+                available += up
+                self.metrics.endpoint_up.labels(pool.name, ep.name).set(1.0 if up else 0.0)
                 self.metrics.ejected.labels(pool.name, ep.name).set(1.0 if ep.ejected() else 0.0)
+            self.metrics.pool_available.labels(pool.name).set(available)
 
     def _busy(self, endpoint: Endpoint, delta: int) -> None:
         """Count a request in or out of an endpoint, in the balancer and in the shared gauge.

@@ -48,5 +48,19 @@ async def test_endpoint_gauges_follow_the_endpoints_without_a_scrape() -> None:
         await asyncio.sleep(0.6)  # the ejection is over, several health rounds later; nobody scraped
         assert not endpoint.ejected()
         assert gw.metrics.registry.get_sample_value("specroute_endpoint_ejected", labels) == 0.0
-        # and its health, which fails here (nothing listens): down
+        # and its health, which fails here (nothing listens): down, and its pool with it
         assert gw.metrics.registry.get_sample_value("specroute_endpoint_up", labels) == 0.0
+        pool = {"pool": "speculative"}
+        assert gw.metrics.registry.get_sample_value("specroute_pool_available_endpoints", pool) == 0.0
+
+
+async def test_a_pool_without_any_endpoint_is_counted_as_one_with_none_available() -> None:
+    """A discovery name that resolves to nothing leaves a pool without endpoints, and without any
+    endpoint_up series: only the pool's own count can tell (the pool-down alert reads it)."""
+    app = create_app(_settings(health={"interval_s": 0.05, "timeout_s": 0.05}))
+    async with app.router.lifespan_context(app):
+        gw = app.state.gateway
+        gw.upstreams.pools["baseline"].endpoints.clear()
+        await asyncio.sleep(0.2)  # health rounds export the gauges
+        value = gw.metrics.registry.get_sample_value
+        assert value("specroute_pool_available_endpoints", {"pool": "baseline"}) == 0.0
