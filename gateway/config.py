@@ -221,6 +221,14 @@ class HealthConfig(_Strict):
         default=0.25, gt=0, le=1, description="share of its weight a busy endpoint keeps meanwhile"
     )
 
+    @model_validator(mode="after")
+    def _ejections_grow(self) -> HealthConfig:
+        if self.eject_base_s > self.eject_max_s:
+            raise _Conflict(
+                "eject_base_s (the first ejection) exceeds eject_max_s", "eject_base_s", "eject_max_s"
+            )
+        return self
+
     @field_validator("path")
     @classmethod
     def _absolute_path(cls, path: str) -> str:

@@ -64,7 +64,7 @@ class Endpoint(Protocol):
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: The source revision the image was built from (the Dockerfile's ``GIT_REVISION`` build argument).
 REVISION_ENV = "SPECROUTE_GIT_REVISION"
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.045, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1)
 
 

@@ -72,6 +72,7 @@ def test_the_environment_can_unset_what_the_file_sets(tmp_path, monkeypatch):
         ),
         ({"routing": {"exploration_rate": 2}}, "routing.exploration_rate"),
         ({"health": {"path": "health"}}, "health.path: Value error, must begin with '/', e.g. /health"),
+        ({"health": {"eject_base_s": 100, "eject_max_s": 1}}, "eject_base_s (the first ejection) exceeds"),
         ({"unknown_section": {}}, "unknown_section"),
     ],
 )
