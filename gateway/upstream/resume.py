@@ -237,8 +237,9 @@ class Splice:
     """Rewrites a continuation stream into the rest of the first one.
 
     Events are framed by :mod:`gateway.upstream.sse`; a ``data:`` JSON event is re-encoded with the first
-    response's identity, summed token counts and without the continuation's own prompt ids (and,
-    for chat, without its role chunk). ``[DONE]`` and anything else pass as they are.
+    response's identity, summed token counts and without the continuation's own prompt ids or
+    per-request ``metrics`` (and, for chat, without its role chunk). ``[DONE]`` and anything else pass
+    as they are.
     """
 
     __slots__ = ("_sse", "chat", "prompt_tokens", "sent_tokens", "transcript")
@@ -277,6 +278,10 @@ class Splice:
             obj["system_fingerprint"] = t.system_fingerprint
         if obj.get("prompt_token_ids") is not None:
             obj["prompt_token_ids"] = None
+        if obj.get("metrics") is not None:
+            # the server's per-request summary (speculative decoding's steps and drafts) covers the
+            # continuation only, while usage is summed: none rather than one at odds with the usage
+            obj["metrics"] = None
         for c in obj.get("choices") or ():
             if not isinstance(c, dict):
                 continue

@@ -243,8 +243,9 @@ class StreamMeter:
                 self.first_token_at = now
         elif usage is not None and not self.keep_usage_chunk:
             # Without usage, vLLM puts the final chunk's extra members (system_fingerprint) on the
-            # last chunk with a finish_reason, which was held back for this.
-            extras = {k: v for k, v in obj.items() if k not in _CHUNK_KEYS}
+            # last chunk with a finish_reason, which was held back for this; the per-request
+            # ``metrics`` come with the usage only, and go with it.
+            extras = {k: v for k, v in obj.items() if k not in _USAGE_ONLY}
             held = self._held
             held_data = data_of(held) if held is not None else None
             if extras and held is not None and held_data is not None:
@@ -281,7 +282,8 @@ def _null_ids(event: bytes) -> bytes:
     return event
 
 
-_CHUNK_KEYS = frozenset(("id", "object", "created", "model", "choices", "usage"))
+#: a usage chunk's members that a stream without usage does not move onto its finishing chunk
+_USAGE_ONLY = frozenset(("id", "object", "created", "model", "choices", "usage", "metrics"))
 
 
 def _finished(choices: Any) -> bool:

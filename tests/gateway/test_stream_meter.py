@@ -198,3 +198,29 @@ def test_a_stream_opening_with_an_error_event_is_told_by_its_first_piece() -> No
     chunk = b'data: {"id":"cmpl-1","choices":[{"index":0,"text":"\\"error\\""}]}\n\n'
     assert leading_error(chunk) is None
     assert leading_error(b'data: {"id":"x","error":1}\n\n') is None  # not an error object
+
+
+def test_without_usage_the_finishing_chunk_takes_the_fingerprint_but_not_the_usage_metrics() -> None:
+    """vLLM sends its per-request ``metrics`` with the usage chunk only: a client that did not ask for
+    usage does not get them on its finishing chunk (the system fingerprint it does)."""
+    head = {"id": "c", "object": "text_completion", "created": 1, "model": "m"}
+    chunks = [
+        {
+            **head,
+            "choices": [{"index": 0, "text": "a", "finish_reason": "length"}],
+            "usage": {"completion_tokens": 1},
+        },
+        {
+            **head,
+            "choices": [],
+            "usage": {"completion_tokens": 1},
+            "system_fingerprint": "fp",
+            "metrics": {"speculative_decoding": {"num_spec_steps": 1}},
+        },
+    ]
+    raw = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    meter = StreamMeter(0.0, keep_usage_chunk=False, keep_continuous=False)
+    out = meter.feed(raw) + meter.flush()
+    (finishing,) = [orjson.loads(e[6:]) for e in _events(out) if e != b"data: [DONE]"]
+    assert finishing["system_fingerprint"] == "fp" and "metrics" not in finishing
+    assert meter.spec_metrics == {"num_spec_steps": 1}  # read for the gateway's own measurement

@@ -487,6 +487,17 @@ def test_the_splice_reads_any_line_ends(eol: bytes) -> None:
     assert rest["id"] == "chatcmpl-first" and rest["choices"][0]["delta"] == {"content": "x"}
 
 
+def test_a_continuations_own_per_request_metrics_are_not_passed_as_the_whole_streams() -> None:
+    """vLLM's per-request summary (speculative decoding's steps and drafts) on the continuation covers
+    only its part, while the usage is summed: the client gets none rather than one at odds with it."""
+    transcript = Transcript(id="cmpl-first", created=1, model="m")
+    splice = Resumption(False, "/v1/completions", {}, {}, transcript=transcript).splice()
+    spec = {"speculative_decoding": {"num_spec_steps": 3, "num_draft_tokens": 21}}
+    last = {"id": "cmpl-second", "choices": [], "usage": {"completion_tokens": 5}, "metrics": spec}
+    (event,) = [e for e in splice.feed(b"data: " + orjson.dumps(last) + b"\n\n").split(b"\n\n") if e]
+    assert orjson.loads(event[6:])["metrics"] is None
+
+
 @pytest.mark.parametrize(
     ("delta", "text", "role_sent", "blocked"),
     [
