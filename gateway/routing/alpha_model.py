@@ -110,6 +110,7 @@ KIND_Z_RATE = 0.3  # weight of one request in its kind's running mean standardis
 ERROR_RATE = 0.05  # weight of one request in the running prediction-error summary
 NEWTON_STEPS = 60  # at most, to find a measured request's posterior mode (a few suffice)
 REFRESH_S = 0.01  # forgetting is applied to a weight once this share of a half-life has passed
+MAX_SHIFT = 2 * math.log((1 - ALPHA_CLIP) / ALPHA_CLIP)  # the most a pool-wide change moves the logit
 
 
 def logit(p: float) -> float:
@@ -297,15 +298,20 @@ class AlphaModel:
         trials: float,
         pred: AlphaPrediction | None = None,
     ) -> AlphaPrediction | None:
-        """Learn from one measured request; returns what was predicted for it before the update.
+        """Learn from one measured request; returns what was predicted for it: ``pred``, the prediction
+        its routing decision made, when given (what the access log and the error metrics report).
 
-        ``pred`` is the prediction the routing decision made: reusing it saves predicting again
-        (the weights have moved only by the requests that finished in between).
+        The update itself starts from the weights as they are now, not from ``pred``: every request
+        that finished since the decision has moved them, and with dozens in flight the same error,
+        measured against the decision's stale prediction, was corrected once per request. The
+        corrections overshot by that factor and grew each round (under 48 concurrent clients the
+        predictions swung between 0 and 1 and stuck there, the pool-wide offset at 1e13 logits).
         """
         if trials < MIN_TRIALS:
             return None
-        if pred is None:
-            pred = self.predict(x, p_structured)
+        now = self.predict(x, p_structured)
+        decided = pred if pred is not None else now
+        pred = now
         measured, noise = binomial_observation(alpha, trials, pred.mean, pred.var + PROMPT_VAR)
         noise += PROMPT_VAR
         s_total = pred.var + noise
@@ -339,11 +345,11 @@ class AlphaModel:
         if self.updates % NAME_RENEWAL == 0 or not all(map(names.__contains__, x.slots)):
             names.update(zip(x.slots, x.names, strict=True))
         self.updates += 1
-        err = alpha - pred.alpha
+        err = alpha - decided.alpha
         self.error_mean += ERROR_RATE * (err - self.error_mean)
         self.error_abs += ERROR_RATE * (abs(err) - self.error_abs)
         self._detect(x, resid / math.sqrt(s_total), resid)
-        return pred
+        return decided
 
     def _detect(self, x: Features, z: float, resid: float) -> None:
         kind = x.kind
@@ -389,8 +395,10 @@ class AlphaModel:
         agree = [m for _, m, s in means if s and sign * m > SHIFT_KIND_LOGIT]
         against = [m for c, m, _ in means if c >= 2 and sign * m < -SHIFT_KIND_LOGIT]
         if len(agree) >= 2 and not against:
-            # every kind moved: shift every prediction by their mean residual at once
+            # every kind moved: shift every prediction by their mean residual at once, within the
+            # logits a measurement can show (a residual's pseudo-observation can run far beyond them)
             self.shift_offset += sum(agree) / len(agree)
+            self.shift_offset = max(-MAX_SHIFT, min(MAX_SHIFT, self.shift_offset))
             self.shifts += 1
         elif agree:
             # a change, but not shown to be pool-wide (one kind moved, or others moved against it):

@@ -64,6 +64,34 @@ def test_measurements_pull_the_prediction_per_request_not_per_kind():
     assert other.sd_share > code.sd_share
 
 
+@pytest.mark.parametrize("in_flight", [1, 16, 48])
+def test_requests_decided_before_the_others_finish_are_learned_from_once_each(in_flight: int):
+    """Under load many requests are decided before any of them is measured, each with the prediction of
+    its moment. Each update starts from the weights as they are then, not from the decision's stale
+    prediction (the same error corrected once per request in flight overshot and diverged: predictions
+    swung between 0 and 1 and stuck, the pool-wide offset at 1e13); the report is the decision's."""
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    rng = random.Random(0)
+    bodies = [
+        (CODE, "code"),
+        (LIST, "repetition"),
+        ({"prompt": "Convert this to JSON: a 1", "temperature": 0}, "data"),
+    ]
+    for _ in range(20):
+        clock.t += 1
+        batch = []
+        for _ in range(in_flight):
+            body, kind = rng.choice(bodies)
+            x = _x(body, kind, 0.8)
+            batch.append((x, model.predict(x, 0.8)))
+        for x, decided in batch:
+            assert model.observe(x, 0.8, 0.8, 60.0, decided) is decided
+    for body, kind in bodies:
+        assert model.predict(_x(body, kind, 0.8), 0.8).alpha == pytest.approx(0.8, abs=0.05)
+    assert abs(model.shift_offset) < 1.0 and max(abs(w) for w in model.mean) < 2.0
+
+
 def test_short_requests_move_the_model_less():
     one, other = AlphaModel(60.0, Clock()), AlphaModel(60.0, Clock())
     one.observe(_x(CODE), 0.9, 0.2, 8)
