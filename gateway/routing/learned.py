@@ -86,6 +86,15 @@ def check_path(path: Path) -> None:
         raise ConfigError(f"{where}: its directory {parent} is not writable")
     if path.exists() and not os.access(path, os.R_OK):
         raise ConfigError(f"{where} is not readable")
+    # os.access answers for the permission bits only: root may write anywhere by them, and a special
+    # or read-only filesystem (/proc, a read-only mount) says yes and refuses the write. A save writes a
+    # file beside the state's and renames it over: try the first half of that
+    probe = parent / f".{path.name}.{os.getpid()}.probe"
+    try:
+        probe.open("wb").close()
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot write in its directory {parent} ({e.strerror or e})") from None
+    probe.unlink(missing_ok=True)
 
 
 @dataclass

@@ -218,6 +218,10 @@ def test_a_path_that_could_never_be_written_stops_start_up(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match=r"routing.state_file: .* is a directory"):
         check_path(tmp_path)
     check_path(tmp_path / "learned.json")  # a file yet to be written is fine
+    assert list(tmp_path.iterdir()) == []  # and the check left nothing behind
+    # the permission bits may say yes where a write fails: root, a special or read-only filesystem
+    with pytest.raises(ConfigError, match=r"routing.state_file: .*its directory /proc"):
+        check_path(Path("/proc/learned.json"))
 
 
 def test_the_deployment_is_read_from_the_configuration() -> None:
