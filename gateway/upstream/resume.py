@@ -46,7 +46,7 @@ from typing import Any
 import orjson
 
 from gateway.upstream.pool import Endpoint
-from gateway.upstream.sse import EventBuffer
+from gateway.upstream.sse import EventBuffer, data_object
 from gateway.upstream.stream import request_usage
 
 _GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
@@ -261,14 +261,8 @@ class Splice:
         return b"".join(out)
 
     def _event(self, event: bytes) -> bytes | None:
-        data = self._sse.data(event)
-        if data is None:
-            return event
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return event
-        if not isinstance(obj, dict) or "error" in obj:
+        obj = data_object(self._sse.data(event))
+        if obj is None or "error" in obj:
             return event
         t = self.transcript
         for key in ("id", "created", "model"):

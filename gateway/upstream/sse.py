@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _DATA = b"data:"
@@ -42,6 +45,17 @@ def data_of(event: bytes) -> bytes | None:
     if event.startswith(_DATA) and event.find(b"\n") < 0 and event.find(b"\r") < 0:
         return event[6:] if event[5:6] == b" " else event[5:]
     return parse(event).data
+
+
+def data_object(data: bytes | None) -> dict[str, Any] | None:
+    """An event's ``data`` as a JSON object; None for none, for what is not JSON, or not an object."""
+    if data is None:
+        return None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def parse(event: bytes) -> Event:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.errors import RequestNotEncodable
-from gateway.upstream.sse import EventBuffer, data_of, with_data
+from gateway.upstream.sse import EventBuffer, data_object, data_of, with_data
 
 
 class Transcript(Protocol):
@@ -55,14 +55,8 @@ def leading_error(first: bytes) -> dict[str, Any] | None:
     if first.find(_ERROR, 0, 64) < 0:  # a chunk names its id first; an error event opens with it
         return None
     events, _ = EventBuffer().feed(first)
-    data = data_of(events[0]) if events else None
-    if data is None:
-        return None
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    error = obj.get("error") if isinstance(obj, dict) else None
+    obj = data_object(data_of(events[0])) if events else None
+    error = obj.get("error") if obj is not None else None
     return error if isinstance(error, dict) else None
 
 

@@ -62,6 +62,13 @@ async def _text(client: openai.AsyncOpenAI, stream: bool) -> str:
     return answer.choices[0].text
 
 
+async def _streamed(http: httpx.AsyncClient) -> tuple[httpx.Response, list[bytes]]:
+    """A streamed completion through the gateway: the response and its events."""
+    body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
+    r = await http.post("/v1/completions", json=body)
+    return r, [e for e in r.content.split(b"\n\n") if e]
+
+
 async def _metric(url: str, name: str, **labels: str) -> float:
     async with httpx.AsyncClient() as http:
         text = (await http.get(url + "/metrics", timeout=10)).text
@@ -214,9 +221,7 @@ async def test_a_stream_that_opens_with_a_server_error_event_is_sent_again_and_c
 
 async def test_a_server_error_event_mid_stream_reaches_the_client_and_counts_against_the_endpoint():
     async with _setup(["error_event"]) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
-        body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
-        r = await http.post("/v1/completions", json=body)
-        events = [e for e in r.content.split(b"\n\n") if e]
+        r, events = await _streamed(http)
         assert r.status_code == 200 and len(script.log) == 1
         assert b'"error"' in events[-2] and b"CUDA" not in r.content and events[-1] == b"data: [DONE]"
         assert await _metric(url, "specroute_upstream_errors_total", kind="status_5xx") == 1
@@ -225,9 +230,7 @@ async def test_a_server_error_event_mid_stream_reaches_the_client_and_counts_aga
 async def test_a_stream_cut_after_its_done_event_reaches_the_client_whole():
     """[DONE] has gone out when the connection breaks before the body's end: nothing was lost."""
     async with _setup(["cut_after_done"]) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
-        body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
-        r = await http.post("/v1/completions", json=body)
-        events = [e for e in r.content.split(b"\n\n") if e]
+        r, events = await _streamed(http)
         assert r.status_code == 200 and len(script.log) == 1
         assert events[-1] == b"data: [DONE]" and events.count(b"data: [DONE]") == 1
         assert not any(b'"error"' in e for e in events)
@@ -239,9 +242,7 @@ async def test_a_stream_broken_past_resumption_ends_with_an_error_event_and_done
     shorter answer that looks whole."""
     extra = {"retries": {"resume_streams": False}}
     async with _setup([broken], **extra) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
-        body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
-        r = await http.post("/v1/completions", json=body)
-        events = [e for e in r.content.split(b"\n\n") if e]
+        r, events = await _streamed(http)
         assert r.status_code == 200 and len(script.log) == 1  # bytes had gone out: not sent again
         assert events[0].startswith(b'data: {"id"')
         error = orjson.loads(events[-2][len(b"data: ") :])["error"]
