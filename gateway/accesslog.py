@@ -8,8 +8,11 @@ serialises what has gathered and writes it in a few large writes.
 Guarantees:
 
 - every line is whole: a write holds complete lines only, and at most :data:`ATOMIC_WRITE` bytes
-  (``PIPE_BUF`` on Linux), so with several workers sharing one stdout pipe their lines never
-  interleave mid-line (a single line longer than that gets a write of its own);
+  (``PIPE_BUF`` on Linux), which the kernel writes to a pipe in one piece. A single line longer than
+  that (a logged prompt) gets a write of its own, which a pipe may take in several pieces, and another
+  worker's write could land between them: on a pipe the writer holds an exclusive ``flock`` of the
+  pipe while it writes (taken on a descriptor of its own: every worker inherits stdout's, and locks
+  of one descriptor do not exclude each other), so the workers sharing one stdout pipe take turns;
 - lines keep the order in which requests finished (one queue, one writer);
 - :meth:`AccessLog.close` (at shutdown, and at interpreter exit as a fallback) writes everything
   queued before it returns, so no line is lost on a graceful stop;
@@ -24,11 +27,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
+import os
+import stat
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO
 
 import orjson
@@ -72,6 +78,8 @@ class AccessLog:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._locked_of: int | None = None  # the stream's descriptor that _locked_fd was opened for
+        self._locked_fd: int | None = None
 
     def write(self, record: dict[str, object]) -> None:
         """Queue one line (or drop and count it, with :data:`MAX_QUEUED` waiting); the writer thread
@@ -107,6 +115,10 @@ class AccessLog:
             self._wake.set()
         thread.join(timeout_s)
         atexit.unregister(self.close)
+        if self._locked_fd is not None and not thread.is_alive():
+            with contextlib.suppress(OSError):
+                os.close(self._locked_fd)
+            self._locked_of = self._locked_fd = None
 
     def flush(self, timeout_s: float = 10.0) -> None:
         """Wait until every line queued so far has been written (the writer keeps running)."""
@@ -155,9 +167,39 @@ class AccessLog:
         if lines:
             # stdout closed or gone: those lines are lost, serving goes on
             with contextlib.suppress(OSError, ValueError):
-                _write_lines(self._stream(), lines)
+                stream = self._stream()
+                with self._turn(stream):
+                    _write_lines(stream, lines)
         for marker in markers:
             marker.set()
+
+    @contextlib.contextmanager
+    def _turn(self, stream: IO[str]) -> Iterator[None]:
+        """Hold the pipe's exclusive lock while writing to it (see the module's description)."""
+        fd = self._lock_fd(stream)
+        if fd is None:
+            yield
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _lock_fd(self, stream: IO[str]) -> int | None:
+        """A descriptor of its own on ``stream``'s pipe, to lock; None where it is no pipe (a file, a
+        terminal, a test's capture), or none could be opened."""
+        try:
+            fd = stream.fileno()
+        except (OSError, ValueError, AttributeError):
+            return None
+        if self._locked_fd is not None and self._locked_of == fd:
+            return self._locked_fd
+        self._locked_of, self._locked_fd = fd, None
+        with contextlib.suppress(OSError):
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                self._locked_fd = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return self._locked_fd
 
 
 def _write_lines(stream: IO[str], lines: list[bytes]) -> None:

@@ -559,6 +559,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class _RoutineShutdown(logging.Filter):
+    """uvicorn logs the end of its shutdown grace period, when it cancels the requests still running, as
+    an ERROR; for a gateway of long streams that is every rollout, documented and handled (each such
+    request is answered 503 and logged at WARNING), and an error-level line per rollout would page
+    someone. It goes out as a WARNING."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and "timeout graceful shutdown exceeded" in str(record.msg):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def configure_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -566,3 +578,6 @@ def configure_logging(level: str) -> None:
     # One line per upstream call would double the log volume of the access log for nothing.
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    uvicorn_errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _RoutineShutdown) for f in uvicorn_errors.filters):
+        uvicorn_errors.addFilter(_RoutineShutdown())

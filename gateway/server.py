@@ -202,6 +202,7 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
         if config_path is None:
             raise ValueError("several workers need a configuration file")
         os.environ[CONFIG_ENV] = str(config_path)
+        _tracker_ignores_sighup()
         with shared_metrics_dir():
             # what uvicorn.run does for several workers, with the socket in hand to say where it is
             config = uvicorn.Config(
@@ -217,6 +218,20 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
         graceful.run()
         if not graceful.started:
             sys.exit(3)  # uvicorn's start-up failure code
+
+
+def _tracker_ignores_sighup() -> None:
+    """Start multiprocessing's resource tracker ignoring SIGHUP: a service manager that signals every
+    process of the unit on reload (``kill -HUP -- -PGID``) reaches it too, and SIGHUP's default action
+    ended it ("resource_tracker: process died unexpectedly, relaunching. Some resources might leak").
+    It starts once per process, so it keeps the disposition it was started with."""
+    from multiprocessing import resource_tracker
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def listening(tls: bool, sockets: Iterable[socket.socket]) -> str:

@@ -14,6 +14,7 @@ import socket
 import ssl
 from collections.abc import Callable, Iterator
 
+import aiohttp
 import httpx
 
 from gateway.config import HealthConfig
@@ -96,6 +97,12 @@ def failure(error: httpx.HTTPError | OSError, timeout_s: float) -> str:
             return f"cannot resolve the host name: {e.strerror}"
         if isinstance(e, ConnectionResetError):
             return "connection reset"
+        if isinstance(e, aiohttp.ServerDisconnectedError):
+            # httpx's aiohttp transport reports it as a connect time-out, within milliseconds
+            return (
+                "the server closed the connection without answering (over TLS: does it require a "
+                "client certificate? upstream_tls.cert_file)"
+            )
         # ssl's own errors, not aiohttp's wrappers of them (which subclass them without their fields)
         if type(e) is ssl.SSLCertVerificationError:
             why = e.verify_message or e.reason

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import multiprocessing
+import os
 import threading
 import time
 from typing import IO
@@ -132,3 +134,33 @@ def test_a_stdout_no_one_reads_holds_a_bounded_queue_and_counts_what_it_drops() 
     log.close()
     lines = [orjson.loads(x)["request_id"] for x in out.getvalue().splitlines()]
     assert lines == ["first"] + [f"r{i}" for i in range(10)]  # the oldest kept, in order
+
+
+def _write_long_lines(write_fd: int, tag: int, count: int) -> None:
+    """One worker: ``count`` access-log lines far longer than an atomic pipe write, to a shared pipe."""
+    stream = os.fdopen(write_fd, "w", closefd=False)
+    log = AccessLog(lambda: stream, gather_s=0.0)
+    for i in range(count):
+        log.write({"worker": tag, "i": i, "prompt": f"{tag}" * (3 * ATOMIC_WRITE)})
+    log.close()
+
+
+def test_workers_sharing_a_stdout_pipe_take_turns_with_lines_longer_than_an_atomic_write() -> None:
+    """A line over ``PIPE_BUF`` (a logged prompt) may go into a pipe in several pieces: another
+    worker's write landed between them while a slow reader (a log collector) kept the pipe full, and
+    the lines were no longer JSON. The workers hold the pipe's lock while they write."""
+    read_fd, write_fd = os.pipe()
+    fork = multiprocessing.get_context("fork")
+    workers = [fork.Process(target=_write_long_lines, args=(write_fd, tag, 40)) for tag in (1, 2)]
+    for w in workers:
+        w.start()
+    os.close(write_fd)
+    received = b""
+    with os.fdopen(read_fd, "rb") as pipe:
+        while chunk := pipe.read1(3000):  # a reader slower than the writers, as a collector may be
+            received += chunk
+            time.sleep(0.0005)
+    for w in workers:
+        w.join(30)
+    lines = [orjson.loads(line) for line in received.splitlines()]  # every one whole JSON
+    assert sorted((r["worker"], r["i"]) for r in lines) == [(t, i) for t in (1, 2) for i in range(40)]

@@ -254,8 +254,11 @@ def test_sighup_to_the_workers_themselves_drains_them_and_the_supervisor_replace
         stream = _start_stream(gateway)
         first = _workers(gateway.popen.pid)
         assert len(first) == 2
-        for pid in [*first, gateway.popen.pid] if supervisor_too else first:
-            os.kill(pid, signal.SIGHUP)
+        if supervisor_too:  # a service manager signals the unit's process group: multiprocessing's
+            os.killpg(gateway.popen.pid, signal.SIGHUP)  # resource tracker too
+        else:
+            for pid in first:
+                os.kill(pid, signal.SIGHUP)
         stream.join(20)
         assert not stream.is_alive() and stream.error is None, stream.error
         assert stream.events()[-1] == b"[DONE]"
@@ -266,6 +269,7 @@ def test_sighup_to_the_workers_themselves_drains_them_and_the_supervisor_replace
         r = httpx.post(gateway.url + "/v1/completions", json={**PLAIN, "max_tokens": 2}, timeout=30)
         assert r.status_code == 200
         assert gateway.popen.poll() is None  # the supervisor still serving
+    assert "resource_tracker" not in gateway.log()  # it ignores SIGHUP, rather than dying of it
 
 
 PLAIN = {"model": MODEL, "prompt": "Tell a long story.", "max_tokens": TOKENS, "ignore_eos": True}
@@ -313,7 +317,8 @@ def test_requests_longer_than_the_grace_period_end_in_the_apis_format_without_de
         assert plain.response.status_code == 503
         assert plain.response.headers["content-type"] == "application/json"
         assert plain.response.json()["error"]["type"] == "ServiceUnavailableError"
-    assert "timeout graceful shutdown exceeded" in gateway.log()
+    # uvicorn's line for it, a routine end of a rollout with long streams, is a warning, not an error
+    assert "WARNING uvicorn.error: Cancel" in gateway.log() and " ERROR " not in gateway.log()
     # each is logged once, as the 503 the client got (not a 499, "client closed", nor left out)
     lines = _access_log(gateway)
     assert sorted(line["status"] for line in lines) == [503, 503], lines

@@ -46,6 +46,35 @@ async def test_a_refused_connection_is_named_as_such_with_the_url(caplog: pytest
     assert "connection refused" in message and "within" not in message
 
 
+async def test_a_server_that_hangs_up_without_answering_is_not_called_slow(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server that reads the request and closes (an https upstream that wants a client certificate
+    does so): the transport calls it a connect time-out, within milliseconds. The log says what it is,
+    and the endpoint is not taken for a frozen one (whose waiting requests are moved)."""
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    endpoint = Endpoint(pool="speculative", name="spec-0", base_url=url)
+    async with server, aiohttp.ClientSession() as session:
+        client = httpx.AsyncClient(transport=AiohttpTransport(client=session))
+        with caplog.at_level(logging.WARNING, logger="specroute.health"):
+            assert not await check(client, endpoint, HealthConfig())
+        # a request sent there since, in panic mode: the checks answer (by hanging up), so it stays
+        wait = Deadlines(60).wait()
+        endpoint.awaiting.add(wait)
+        assert not await check(client, endpoint, HealthConfig())
+        assert not await check(client, endpoint, HealthConfig())
+    (record,) = caplog.records
+    assert "closed the connection without answering" in record.getMessage()
+    assert "within" not in record.getMessage()
+    assert not wait.expired and wait in endpoint.awaiting
+
+
 async def test_a_failed_status_and_the_recovery_are_reported(caplog: pytest.LogCaptureFixture) -> None:
     status = {"code": 500}
     transport = httpx.MockTransport(lambda request: httpx.Response(status["code"]))
