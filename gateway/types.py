@@ -138,14 +138,12 @@ class ClientState:
         self.writer = writer
         self.transport = transport  # the client's connection, to drop it (see abort)
 
-    def abort(self) -> bool:
+    def abort(self) -> None:
         """Drop the connection at once, with what is queued for it (a client that stopped reading); the
-        request counts as the client's loss from now on. False where the connection is not known here."""
-        if self.transport is None:
-            return False
-        self.lost = True
-        self.transport.abort()
-        return True
+        request counts as the client's loss from now on. Nothing where the connection is not known here."""
+        if self.transport is not None:
+            self.lost = True
+            self.transport.abort()
 
     def gone(self) -> None:
         """The connection is lost: cancel the waiting task (later waits see ``lost`` at once)."""

@@ -309,13 +309,12 @@ class AlphaModel:
         """
         if trials < MIN_TRIALS:
             return None
-        now = self.predict(x, p_structured)
-        decided = pred if pred is not None else now
-        pred = now
-        measured, noise = binomial_observation(alpha, trials, pred.mean, pred.var + PROMPT_VAR)
+        current = self.predict(x, p_structured)
+        decided = pred if pred is not None else current
+        measured, noise = binomial_observation(alpha, trials, current.mean, current.var + PROMPT_VAR)
         noise += PROMPT_VAR
-        s_total = pred.var + noise
-        resid = measured - pred.mean
+        s_total = current.var + noise
+        resid = measured - current.mean
         mean, var, own = self.mean, self.var, self.own_var
         slots, values = x.slots, x.values
         fixed = len(x.fixed)  # the first slots: the features (nearly) every request shares

@@ -34,7 +34,7 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
             cause = f"answered {resp.status_code}"
     except (httpx.HTTPError, OSError) as e:  # OSError: a socket or TLS error the transport let through
         ok, cause = False, failure(e, health.timeout_s)
-        silent = isinstance(e, httpx.TimeoutException) and cause.startswith("no answer")
+        silent = cause == no_answer(health.timeout_s)
     if ok and endpoint.stalled:  # its server answers; its engine hangs (the scrape said so and why)
         ok, cause = False, "its engine takes no step"
     if ok != endpoint.healthy:
@@ -84,6 +84,11 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
         todo += [e.__cause__, e.__context__, getattr(e, "os_error", None)]
 
 
+def no_answer(timeout_s: float) -> str:
+    """The cause of a check that got nothing back in time, what a frozen server gives."""
+    return f"no answer within {timeout_s:g} s (health.timeout_s)"
+
+
 def failure(error: httpx.HTTPError | OSError, timeout_s: float) -> str:
     """A failed check's cause in words, from the socket's own error where there is one.
 
@@ -110,7 +115,7 @@ def failure(error: httpx.HTTPError | OSError, timeout_s: float) -> str:
         if type(e) is ssl.SSLError:
             return f"TLS failed: {e.reason or e}"
     if isinstance(error, httpx.TimeoutException):
-        return f"no answer within {timeout_s:g} s (health.timeout_s)"
+        return no_answer(timeout_s)
     return str(error).strip() or type(error).__name__
 
 

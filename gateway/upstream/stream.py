@@ -201,11 +201,8 @@ class StreamMeter:
             return self._release(event)
         now = perf_counter()
         self.last_at = now
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return event
-        if not isinstance(obj, dict):
+        obj = data_object(data)
+        if obj is None:
             return event
         if self.collect is not None:
             self.collect.append(obj)
