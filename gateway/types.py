@@ -74,11 +74,11 @@ PromptClass = Literal["structured", "open-ended"]
 
 
 CLIENT_SCOPE_KEY = "specroute.client"
+"""The ASGI scope key under which the gateway's HTTP protocol (:mod:`gateway.connections`) puts the
+request's :class:`ClientState`; under another server the key is absent."""
 #: set in the scope of a request on a connection beyond ``server.max_connections``: the application
 #: answers it 503 (but ``/health``, a liveness probe) and counts it; the connection then closes
 REFUSED_SCOPE_KEY = "specroute.refused"
-"""The ASGI scope key under which the gateway's HTTP protocol (:mod:`gateway.connections`) puts the
-request's :class:`ClientState`; under another server the key is absent."""
 
 
 class ChunkWriter(Protocol):

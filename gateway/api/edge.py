@@ -1,4 +1,4 @@
-"""What the routes beyond completions and chat share: reading a JSON body, the model check, bookkeeping.
+"""What the routes beyond completions and chat share: reading a JSON body, headers upstream, bookkeeping.
 
 The two completion routes keep their own, tuned path (:mod:`gateway.api.routes`); these helpers serve
 ``/v1/responses``, ``/v1/embeddings``, ``/tokenize``, ``/detokenize`` and the routes passed through,
@@ -14,7 +14,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.api.errors import APIError
 from gateway.api.request import check_key, read_body, request_id
 from gateway.api.state import Gateway
 from gateway.routing.policy import Decision
@@ -34,19 +33,6 @@ def without_slash(request: Request, path: str) -> Response:
     to ``path``, keeping the method, the body and the query (an upstream's own would name its address)."""
     query = f"?{request.url.query}" if request.url.query else ""
     return Response(status_code=307, headers={"location": path + query, "x-request-id": request_id(request)})
-
-
-def check_model(model: Any, models: frozenset[str]) -> None:
-    """A 404 naming ``model`` when no pool serves it (absent or empty: the upstream's default, as vLLM
-    reads an empty name); 400 if not a string."""
-    if model is None:
-        return
-    if not isinstance(model, str):
-        raise APIError(400, "'model' must be a string", param="model")
-    if model and model not in models:
-        shown = model if len(model) <= 256 else model[:256] + "..."
-        known = ", ".join(sorted(models))
-        raise APIError(404, f"The model `{shown}` does not exist. Valid models: {known}.", param="model")
 
 
 def upstream_headers(request: Request, gw: Gateway, rid: str, content_type: str | None) -> dict[str, str]:

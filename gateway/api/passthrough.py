@@ -21,7 +21,6 @@ from starlette.responses import Response
 
 from gateway.api import state
 from gateway.api.edge import (
-    check_model,
     now,
     observe,
     read_checked,
@@ -29,7 +28,7 @@ from gateway.api.edge import (
     without_slash,
 )
 from gateway.api.errors import APIError, error_response, openai_shaped, route_missing_body
-from gateway.api.request import json_object, request_id, trace_id
+from gateway.api.request import check_model, json_object, request_id, trace_id
 from gateway.api.routes import CUT_AT_SHUTDOWN, Relay, relayed_status, unless_disconnected
 from gateway.types import Route
 from gateway.upstream.forward import Sent

@@ -65,8 +65,8 @@ new_request_id = _RequestIds().next
 
 
 MAX_REQUEST_ID = 128
-REQUEST_ID_KEY = "specroute.request_id"  # the scope's key of the id, once it is known
 """The longest client ``x-request-id`` kept (a UUID is 36 characters, a W3C trace id 32)."""
+REQUEST_ID_KEY = "specroute.request_id"  # the scope's key of the id, once it is known
 
 
 def request_id(request: Request) -> str:
@@ -281,12 +281,21 @@ def parse_body(body: bytes, api: Api, models: frozenset[str]) -> dict[str, Any]:
     if payload.get(field) is None and not _embeds_only(payload, api):
         raise APIError(400, f"'{field}' is a required property", param=field)
     check_types(payload, api)
-    model = payload.get("model")
-    if model and model not in models:  # absent or empty: the upstream's default model, as vLLM reads it
-        known = ", ".join(sorted(models))
-        shown = model if len(model) <= 256 else model[:256] + "..."
-        raise APIError(404, f"The model `{shown}` does not exist. Valid models: {known}.", param="model")
+    check_model(payload.get("model"), models)
     return payload
+
+
+def check_model(model: Any, models: frozenset[str]) -> None:
+    """A 404 naming ``model`` when no pool serves it (absent or empty: the upstream's default, as vLLM
+    reads an empty name); 400 if not a string."""
+    if model is None:
+        return
+    if not isinstance(model, str):
+        raise APIError(400, "'model' must be a string", param="model")
+    if model and model not in models:
+        shown = model if len(model) <= 256 else model[:256] + "..."
+        known = ", ".join(sorted(models))
+        raise APIError(404, f"The model `{shown}` does not exist. Valid models: {known}.", param="model")
 
 
 def _embeds_only(payload: dict[str, Any], api: Api) -> bool:

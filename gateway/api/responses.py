@@ -19,7 +19,6 @@ from starlette.responses import Response
 
 from gateway.api import state
 from gateway.api.edge import (
-    check_model,
     now,
     observe,
     read_checked,
@@ -31,7 +30,7 @@ from gateway.api.errors import (
     responses_error_event,
 )
 from gateway.api.fields import whole
-from gateway.api.request import forced_pool, json_object, request_id, trace_id
+from gateway.api.request import check_model, forced_pool, json_object, request_id, trace_id
 from gateway.api.routes import CUT_AT_SHUTDOWN, Relay, decision_headers, relayed_status, unless_disconnected
 from gateway.routing.policy import Decision, RouteRequest
 from gateway.upstream.events import EventMeter

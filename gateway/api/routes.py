@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.api import state
-from gateway.api.edge import check_model, upstream_headers, without_slash
+from gateway.api.edge import upstream_headers, without_slash
 from gateway.api.errors import (
     APIError,
     error_response,
@@ -31,6 +31,7 @@ from gateway.api.errors import (
 )
 from gateway.api.request import (
     check_key,
+    check_model,
     forced_pool,
     has_key,
     parse_body,
