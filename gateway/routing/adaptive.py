@@ -41,9 +41,9 @@ requests that must finish before this one is admitted, each seat freeing once pe
 time of that pool's requests (time from first token to last, learned per pool from outcomes). A
 request's output length is its ``max_tokens`` when it sets one below the running mean of
 completion tokens, else that mean. Requests are counted ahead only while the scrapes show a queue
-(waiting at two in a row); a queue whose wait cannot be timed (mostly other clients' requests, or
-none of the gateway's own finished on that pool yet) is avoided outright, as every queue was
-before waits were weighed.
+(waiting at two in a row, until two in a row see none, or at one behind a batch at its capacity);
+a queue whose wait cannot be timed (mostly other clients' requests, or none of the gateway's own
+finished on that pool yet) is avoided outright, as every queue was before waits were weighed.
 """
 
 from __future__ import annotations
@@ -260,9 +260,15 @@ class AdaptivePolicy:
         tokens: float,
         gain: float,
     ) -> bool:
-        """Thompson sampling on the predicted gain, over the exploration-rate floor."""
+        """Thompson sampling on the predicted gain, over the exploration-rate floor.
+
+        The floor does not draw while the speculative pool has a line: a request sent there to be
+        measured would wait its turn behind it (seconds, for a full batch of long answers), a cost the
+        client pays for a measurement the next request after the line clears gives for free. The
+        draw from the posterior weighs that wait like any decision does.
+        """
         rate = self.routing.exploration_rate
-        if rate and self.rng.random() < rate:
+        if rate and spec.ahead <= 0 and self.rng.random() < rate:
             return True
         if prediction is None:
             return False

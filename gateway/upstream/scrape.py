@@ -252,11 +252,19 @@ class EndpointScrape:
         """
         return now - (self.watched_at if self.last_at is None else self.last_at)
 
+    # a queue: requests waited at two scrapes in a row (see ``queued``)
+    in_line: bool = False
+
     @property
     def queued(self) -> bool:
-        """Requests waited at two scrapes in a row: a real queue, not the moment between a request's
-        arrival and the engine's next step (vLLM counts those as waiting too)."""
-        return bool(self.reading and self.reading.waiting and self.previous and self.previous.waiting)
+        """A queue: requests waited at two scrapes in a row, and it lasts until two in a row see none.
+
+        One waiting count is not a queue: vLLM counts a request as waiting from its arrival to the
+        engine's next step. Nor does one empty count end one: a full batch whose requests finished
+        together leaves no line for the moment its clients take to send their next ones, and a
+        request routed in that moment joins the line they form again (a wait of seconds).
+        """
+        return self.in_line
 
     def stalled(self, reading: Reading) -> float | None:
         """How long the engine has held requests running without taking a step, as of ``reading``
@@ -286,6 +294,9 @@ class EndpointScrape:
         if self.step is not None or base is None or base.steps is None or (reading.steps or 0.0) < base.steps:
             self.step_base = reading  # counted, or nothing to count from (first page, restart)
         self.previous, self.reading = self.reading, reading
+        waited = bool(self.previous and self.previous.waiting)
+        if bool(reading.waiting) == waited:
+            self.in_line = waited
         running = int(reading.running or 0)
         if self.queued and running:
             # the most requests seen running while a queue lasted: the engine's seats (max_num_seqs)
@@ -303,8 +314,12 @@ class EndpointScrape:
         self.failures = 0
         self.error = None
         in_engine = (reading.running or 0.0) + (reading.waiting or 0.0)
+        # requests waiting behind a batch that has all its seats taken wait for one to free: a line at
+        # the first scrape that sees it (the two-scrape rule is for a batch with free seats, where a
+        # request waits only for the engine's next step)
+        full = bool(reading.waiting) and self.capacity is not None and running >= self.capacity
         self.loads = (
-            EndpointLoad(in_engine, self.queued, self.capacity),
+            EndpointLoad(in_engine, self.queued or full, self.capacity),
             EndpointLoad(None, False, self.capacity),
         )
 
@@ -347,7 +362,9 @@ class EndpointLoad(NamedTuple):
     """
 
     in_engine: float | None  # running + waiting at the last scrape, None when that is too old
-    queued: bool  # requests waited at two scrapes in a row
+    # requests waited at two scrapes in a row, and two have not since seen none; or at the last one,
+    # behind a batch at its capacity
+    queued: bool
     capacity: int | None  # the most seen running while others waited (the engine's seats)
 
 

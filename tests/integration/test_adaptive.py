@@ -329,7 +329,7 @@ def test_overloaded_speculative_pool_no_worse_than_baseline(pools, adaptive, for
     # two scrapes that both missed the queue) waits seconds and would swamp a mean of twelve
     adaptive_e2e = statistics.median([a["e2e"] for a, _ in rows])
     baseline_e2e = statistics.median([b["e2e"] for _, b in rows])
-    reasons = [a["reason"] for a, _ in rows]
+    reasons = [(a["pool"][:4], a["reason"], round(a["e2e"], 3), round(b["e2e"], 3)) for a, b in rows]
     print(
         f"overloaded: adaptive {adaptive_e2e * 1000:.1f} ms, always-baseline {baseline_e2e * 1000:.1f} ms",
         reasons,

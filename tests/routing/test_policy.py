@@ -127,6 +127,23 @@ def test_queued_speculative_pool_sends_to_baseline_when_the_wait_outweighs_the_g
     assert p.decide(STRUCTURED).reason == "predicted-gain"
 
 
+@pytest.mark.parametrize("model", ["per-request", "per-kind"])
+def test_the_exploration_floor_does_not_send_requests_into_a_speculative_queue(model):
+    """Explored at the floor rate while the pool has no line; not once while it queues (the wait is
+    the client's, for a measurement the next request after the line clears gives for free)."""
+    p = _policy(exploration_rate=0.5, acceptance_model=model)
+    state = p.scraper.of(p.pools["speculative"].endpoints[0])
+    assert sum(p.decide(OPEN).reason == "explore" for _ in range(200)) >= 60
+    for _ in range(2):
+        state.update(Reading(_now(), running=16, waiting=8), 7)  # other clients' queue
+    assert p.load("speculative").ahead > 0
+    reasons = {p.decide(r).reason for r in (OPEN, STRUCTURED) for _ in range(200)}
+    assert reasons == {"no-gain", "spec-queued"}
+    for _ in range(2):
+        state.update(Reading(_now(), running=4, waiting=0), 7)  # drained
+    assert sum(p.decide(OPEN).reason == "explore" for _ in range(200)) >= 60
+
+
 def _queued_baseline(p: AdaptivePolicy, waiting: int) -> None:
     """The speculative pool at a batch of 16 (twice the knee), baseline full with ``waiting`` in line,
     all of them the gateway's own requests."""

@@ -227,7 +227,12 @@ def test_capacity_is_learned_while_queueing():
     state.update(Reading(3.0, running=4, waiting=3), None)
     assert state.queued and state.capacity == 4
     state.update(Reading(4.0, running=2, waiting=0), None)
-    assert not state.queued and state.capacity == 4
+    assert state.queued and state.capacity == 4  # one empty scrape: maybe a batch that just finished
+    state.update(Reading(5.0, running=4, waiting=2), None)
+    assert state.queued  # the line its clients formed again
+    state.update(Reading(6.0, running=2, waiting=0), None)
+    state.update(Reading(7.0, running=1, waiting=0), None)
+    assert not state.queued and state.capacity == 4  # two in a row: drained
 
 
 def test_the_endpoint_is_told_its_server_queues_while_its_engine_steps():
@@ -431,3 +436,22 @@ def test_a_configured_k_the_counters_contradict_is_told_once(vllm_fixture, caplo
         assert len(warned) == told, (configured, warned)
         if told:
             assert f"drafts {drafted} tokens per step" in warned[0]
+
+
+def test_requests_waiting_behind_a_full_batch_are_a_line_at_the_first_scrape():
+    """The two-scrape rule is for a batch with free seats; behind one at its capacity a request waits for
+    a seat to free, which routing must weigh from the first scrape that shows it."""
+    scraper, (s0, _) = _scraper(lambda request: httpx.Response(503))
+    state = scraper.of(s0)
+    for t in (1.0, 2.0):
+        state.update(Reading(t, running=16, waiting=6), None)
+    for t in (3.0, 4.0):  # a batch that finished together: no line for a moment, then drained
+        state.update(Reading(t, running=10, waiting=0), None)
+    assert state.capacity == 16 and not state.queued
+    state.update(Reading(5.0, running=12, waiting=1), None)  # seats free: waiting for the next step
+    load = scraper.load(s0, max_age_s=5.0, now=5.5)
+    assert load is not None and not load.queued
+    state.update(Reading(6.0, running=12, waiting=0), None)
+    state.update(Reading(7.0, running=16, waiting=6), None)
+    load = scraper.load(s0, max_age_s=5.0, now=7.5)
+    assert load is not None and load.queued and not state.queued
