@@ -177,6 +177,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
                 settings.routing.state_file,
                 deployment(settings),
                 settings.routing.state_save_interval_s,
+                metrics=metrics,
             )
             gw.learned.load()
             gw.tasks.append(asyncio.create_task(gw.learned.keep()))

@@ -244,6 +244,11 @@ class Metrics:
             ["strategy", "pool", "reason"],
             registry=r,
         )
+        self.state_save_errors = Counter(
+            "specroute_state_save_errors",
+            "Failed writes of routing.state_file (what routing learned, kept across restarts).",
+            registry=r,
+        )
         self.upstream_errors = Counter(
             "specroute_upstream_errors",
             "Upstream failures by pool, endpoint and kind "
@@ -449,7 +454,14 @@ class Metrics:
         """
         series: list[tuple[Gauge, tuple[str, ...]]] = [
             (gauge, (endpoint.pool, endpoint.name))
-            for gauge in (self.endpoint_up, self.ejected, self.inflight, self.scrape_age, self.kv_cache_usage)
+            for gauge in (
+                self.endpoint_up,
+                self.ejected,
+                self.inflight,
+                self.scrape_age,
+                self.kv_cache_usage,
+                self.endpoint_acceptance_outlier,
+            )
         ]
         series += [(self.pool_load, (endpoint.pool, endpoint.name, s)) for s in ("running", "waiting")]
         series.append((self.endpoint_acceptance, (endpoint.name,)))

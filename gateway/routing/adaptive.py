@@ -107,6 +107,13 @@ class PolicyState(BaseModel):
     mean_tokens: float = Field(ge=0)
     finished: int = Field(ge=0)
 
+    @property
+    def evidence(self) -> int:
+        """How many measurements it was learned from: a count that only grows while a gateway runs
+        (with several workers, the worker that served more has the larger one)."""
+        speedup = self.speedup
+        return self.acceptance.updates + speedup.base_observations + speedup.spec_observations + self.finished
+
 
 @dataclass
 class AdaptivePolicy:

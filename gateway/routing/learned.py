@@ -19,7 +19,10 @@ The gateway then starts from the prior, and the next save replaces the file. Wha
 not kept: load, in-flight counts, the outlier detector's view of each endpoint, decision counters.
 
 With several workers (``server.workers``) each learns from the requests it serves and writes the same
-file; the last one written wins, and every worker starts from it.
+file, but not over a file that holds more learning than its own (more measurements: a sibling that
+served more of the traffic). So an idle worker does not put back, every interval, the older state it
+started from, and a restart keeps what the busiest worker learned (the others' is lost: two online
+models cannot be merged into one) rather than whichever wrote last. Every worker starts from the file.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway.config import ConfigError, Settings
+from gateway.observability import Metrics
 from gateway.routing.adaptive import AdaptivePolicy, PolicyState
 from gateway.routing.features import SCHEME, SLOTS
 
@@ -110,6 +115,8 @@ class LearnedState:
     saved_at: float | None = None  # wall clock of the last save
     save_errors: int = 0
     last_error: str | None = None
+    yielded: int = 0  # saves not made: the file held more learning (another worker's)
+    metrics: Metrics | None = None
     # one write at a time: the save at shutdown waits for a periodic one still running in its thread
     # (cancelling the task does not stop the thread), so the newer state is the one left on disk
     _writing: threading.Lock = field(default_factory=threading.Lock)
@@ -165,6 +172,10 @@ class LearnedState:
             self._write_now(learned)
 
     def _write_now(self, learned: LearnedFile) -> None:
+        on_disk = self._evidence_on_disk()
+        if on_disk is not None and on_disk > learned.policy.evidence:
+            self.yielded += 1
+            return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             data = learned.model_dump_json().encode()
@@ -175,12 +186,23 @@ class LearnedState:
             os.replace(tmp, self.path)
         except OSError as e:
             self.save_errors += 1
+            if self.metrics is not None:
+                self.metrics.state_save_errors.inc()
             self.last_error = f"{e.strerror or e}"
             log.warning("routing.state_file %s: cannot write it (%s)", self.path, self.last_error)
             tmp.unlink(missing_ok=True)
             return
         self.saved_at = time.time()
         self.last_error = None
+
+    def _evidence_on_disk(self) -> int | None:
+        """The measurements the file holds, when it is one for this deployment (else None: any save
+        may replace it)."""
+        try:
+            data = LearnedFile.model_validate(orjson.loads(self.path.read_bytes()))
+        except (OSError, orjson.JSONDecodeError, ValidationError):
+            return None
+        return data.policy.evidence if data.deployment == self.deployment else None
 
     async def keep(self) -> None:
         """Save every ``interval_s`` until cancelled; the writing happens off the event loop."""
@@ -196,4 +218,5 @@ class LearnedState:
             "save_interval_s": self.interval_s,
             "save_errors": self.save_errors,
             "last_error": self.last_error,
+            "saves_yielded": self.yielded,
         }

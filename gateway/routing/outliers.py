@@ -70,6 +70,10 @@ class OutlierDetector:
         if not math.isfinite(residual):
             return None
         self.residuals.setdefault(endpoint, EndpointResidual()).add(residual)
+        if len(self.residuals) > len(self.pool.endpoints):
+            # discovery removed some: drop theirs, or pod churn would grow this for the process's life
+            names = {e.name for e in self.pool.endpoints}
+            self.residuals = {name: r for name, r in self.residuals.items() if name in names}
         return self._judge(endpoint)
 
     def is_demoted(self, endpoint: str) -> bool:

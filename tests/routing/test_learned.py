@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from gateway.config import ConfigError, RoutingConfig, Strategy, load_settings
 from gateway.observability import Metrics
@@ -185,7 +186,8 @@ def test_a_failed_save_is_counted_and_logged_and_routing_goes_on(
 ) -> None:
     folder = tmp_path / "state"
     folder.mkdir()
-    keeper = _keeper(_taught(), folder / "learned.json")
+    metrics = Metrics(CollectorRegistry())
+    keeper = LearnedState(_taught(), folder / "learned.json", HERE, 60.0, metrics=metrics)
     keeper.save()
     saved = keeper.saved_at
     moved = tmp_path / "elsewhere"
@@ -194,10 +196,42 @@ def test_a_failed_save_is_counted_and_logged_and_routing_goes_on(
         keeper.save()
     assert keeper.save_errors == 1 and keeper.last_error and keeper.saved_at == saved
     assert "cannot write it" in caplog.text
+    # where monitoring sees it (a volume gone read-only in month two would otherwise show only on restart)
+    assert metrics.registry.get_sample_value("specroute_state_save_errors_total") == 1
     moved.rename(folder)
     keeper.save()
     assert keeper.last_error is None and keeper.save_errors == 1
     assert sorted(p.name for p in folder.iterdir()) == ["learned.json"]  # no temporary file left
+
+
+def test_a_worker_does_not_write_over_a_file_holding_more_learning(tmp_path: Path) -> None:
+    """Several workers share the file: one that served little (an idle one, still holding the state
+    they all started from) does not put that back over what a busier one saved, and a restart takes
+    up the busiest one's learning whichever saved last."""
+    path = tmp_path / "learned.json"
+    _keeper(_taught(), path).save()
+    busy, idle = _policy(), _policy()
+    busy_keeper, idle_keeper = _keeper(busy, path), _keeper(idle, path)
+    assert busy_keeper.load() and idle_keeper.load()
+    d = busy.decide(OPEN)
+    for _ in range(5):
+        busy.observe(Outcome(d, "speculative", "s0", 200, 0.05, 1.0, 180, 30, 150, 210, 30))
+    busy_keeper.save()
+    idle_keeper.save()  # after the busy one: it would have won
+    assert idle_keeper.yielded == 1 and busy_keeper.yielded == 0
+    restarted = _policy()
+    assert _keeper(restarted, path).load()
+    assert restarted.alpha_model.updates == busy.alpha_model.updates == 15
+    # the idle one saves again once it has learned more than the file holds
+    d = idle.decide(OPEN)
+    for _ in range(6):
+        idle.observe(Outcome(d, "speculative", "s0", 200, 0.05, 1.0, 180, 30, 150, 210, 30))
+    idle_keeper.save()
+    assert _keeper(restarted := _policy(), path).load() and restarted.alpha_model.updates == 16
+    # a file for another deployment holds nothing this one can use: replaced
+    other = _keeper(_policy(), path, HERE.model_copy(update={"num_speculative_tokens": 5}))
+    other.save()
+    assert other.yielded == 0 and json.loads(path.read_text())["deployment"]["num_speculative_tokens"] == 5
 
 
 def test_a_save_replaces_the_file_whole(tmp_path: Path) -> None:

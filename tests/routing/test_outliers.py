@@ -122,3 +122,14 @@ def test_identical_endpoints_answering_briefly_are_not_demoted_and_a_bad_one_sti
         for endpoint, alpha in (("s0", 0.8), ("s1", 0.8), ("s2", 0.1)):
             serve(endpoint, alpha, 32)
     assert pool.endpoints[2].demoted and not pool.endpoints[0].demoted and not pool.endpoints[1].demoted
+
+
+def test_the_residuals_of_endpoints_discovery_removed_are_dropped():
+    """Pods come and go under discovery, each with a new name: what the detector keeps stays bounded."""
+    pool = _pool()
+    det = OutlierDetector(pool)
+    for generation in range(50):
+        pool.endpoints = [Endpoint("speculative", f"s{generation}-{i}", f"http://s{i}") for i in range(3)]
+        for ep in pool.endpoints:
+            det.observe(ep.name, 0.1)
+    assert set(det.residuals) == {"s49-0", "s49-1", "s49-2"}
