@@ -179,6 +179,21 @@ class Interval:
         return Measured(self.accepted, self.drafts, self.k, "counters").alpha
 
 
+def restarted(prev: Reading | None, cur: Reading) -> bool:
+    """A counter went down between two pages: the server restarted in between (a new process, maybe
+    with other settings, such as another ``max_num_seqs``)."""
+    if prev is None:
+        return False
+    pairs = (
+        (prev.drafts, cur.drafts),
+        (prev.draft_tokens, cur.draft_tokens),
+        (prev.accepted, cur.accepted),
+        (prev.steps, cur.steps),
+        (prev.iterations, cur.iterations),
+    )
+    return any(p is not None and c is not None and c < p for p, c in pairs)
+
+
 def interval(prev: Reading | None, cur: Reading, k: int | None = None) -> Interval | None:
     """Acceptance over ``prev`` → ``cur``; ``None`` without counters or without new drafts."""
     if cur.drafts is None or cur.draft_tokens is None or cur.accepted is None:
@@ -293,6 +308,9 @@ class EndpointScrape:
             self.unread.append(self.step)
         if self.step is not None or base is None or base.steps is None or (reading.steps or 0.0) < base.steps:
             self.step_base = reading  # counted, or nothing to count from (first page, restart)
+        if restarted(self.reading, reading):
+            # what was learned of the old process's engine: its seats and its line
+            self.capacity, self.in_line, self.reading = None, False, None
         self.previous, self.reading = self.reading, reading
         waited = bool(self.previous and self.previous.waiting)
         if bool(reading.waiting) == waited:

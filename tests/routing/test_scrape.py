@@ -455,3 +455,18 @@ def test_requests_waiting_behind_a_full_batch_are_a_line_at_the_first_scrape():
     state.update(Reading(7.0, running=16, waiting=6), None)
     load = scraper.load(s0, max_age_s=5.0, now=7.5)
     assert load is not None and load.queued and not state.queued
+
+
+def test_a_restarted_server_is_learned_afresh():
+    """Its seats and its line were the old process's: restarted with a smaller max_num_seqs, a capacity
+    kept from before would count too few requests ahead and divide the wait by seats it no longer has."""
+    from gateway.upstream.scrape import EndpointScrape
+
+    state = EndpointScrape(Endpoint("speculative", "s0", "http://s0"))
+    for t in (1.0, 2.0):
+        state.update(Reading(t, running=8, waiting=4, steps=100.0 * t, step_seconds=t), None)
+    assert state.capacity == 8 and state.queued
+    state.update(Reading(3.0, running=2, waiting=3, steps=10.0, step_seconds=0.1), None)  # counters fell
+    assert state.capacity is None and not state.queued  # one scrape of the new process: not yet a line
+    state.update(Reading(4.0, running=2, waiting=3, steps=30.0, step_seconds=0.3), None)
+    assert state.queued and state.capacity == 2
