@@ -135,6 +135,14 @@ class PoolConfig(UpstreamKeyConfig):
         names = [e.name for e in self.endpoints]
         if len(names) != len(set(names)):
             raise _Conflict("endpoint names must be unique within a pool", "endpoints")
+        # one server listed twice would take two shares of the pool's traffic, count twice towards its
+        # ejection limits, and be compared with itself for acceptance outliers
+        seen: dict[str, str] = {}
+        for e in self.endpoints:
+            if (twin := seen.setdefault(e.base_url, e.name)) != e.name:
+                raise _Conflict(
+                    f"endpoints {twin} and {e.name} name the same server ({e.base_url})", "endpoints"
+                )
         return self
 
 

@@ -74,6 +74,20 @@ def test_the_environment_can_unset_what_the_file_sets(tmp_path, monkeypatch):
         ({"health": {"path": "health"}}, "health.path: Value error, must begin with '/', e.g. /health"),
         ({"health": {"eject_base_s": 100, "eject_max_s": 1}}, "eject_base_s (the first ejection) exceeds"),
         ({"unknown_section": {}}, "unknown_section"),
+        (  # one server listed twice: two shares of the traffic, compared with itself for outliers
+            {
+                "pools": {
+                    "baseline": {
+                        "models": ["m"],
+                        "endpoints": [
+                            {"name": "b0", "url": "http://10.0.0.5:8000"},
+                            {"name": "b1", "url": "http://10.0.0.5:8000/"},
+                        ],
+                    }
+                }
+            },
+            "endpoints b0 and b1 name the same server (http://10.0.0.5:8000)",
+        ),
     ],
 )
 def test_invalid_configuration_names_the_field(tmp_path, patch, field):
