@@ -33,7 +33,8 @@ when not greedy, or a ``logit_bias``; under every strategy, and never failed ove
 
 Load per endpoint is the larger of the gateway's own in-flight count (always fresh) and vLLM's
 running + waiting from the last scrape (sees other clients); the pool's batch is that of its
-least loaded endpoint, where the next request will go. An endpoint queues when vLLM reports
+least loaded endpoint, where the next request will go (one demoted for its acceptance, which gets
+probes only, while another is up). An endpoint queues when vLLM reports
 waiting requests or the in-flight count reaches the batch capacity seen while it queued before.
 
 The wait for a seat on a full endpoint is ``ahead · residence / capacity`` (Little's law): the
@@ -350,7 +351,8 @@ class AdaptivePolicy:
     def load(self, pool: PoolName) -> PoolLoad:
         now = time.monotonic()
         stale = self._stale_s
-        best: tuple[bool, float, float, float, bool] | None = None
+        # a demoted endpoint gets probes only: the pool's load is that of the others while one is up
+        best: tuple[bool, bool, float, float, float, bool] | None = None
         for ep in self.pools[pool].endpoints:
             if not ep.available(now):
                 continue
@@ -373,12 +375,12 @@ class AdaptivePolicy:
                     ahead = max(1.0, load + 1.0 - cap)
                 queued = queued or load >= cap
                 load = min(load, cap - 1)
-            key = (queued, ahead, load, float(cap or 0), own)
+            key = (ep.demoted, queued, ahead, load, float(cap or 0), own)
             if best is None or key < best:
                 best = key
         if best is None:
             return PoolLoad(1.0, True, False)
-        queued, ahead, load, seats, own = best
+        _, queued, ahead, load, seats, own = best
         return PoolLoad(load + 1.0, queued, True, ahead, seats or None, own)
 
     def _after_scrape(self, scraper: Scraper) -> None:

@@ -1,6 +1,7 @@
 """Endpoints and pools: who is healthy, who is busy, and whom to try next.
 
-Balancing is least-outstanding-requests weighted by the endpoint's weight. Health has two inputs:
+Balancing is least-outstanding-requests weighted by the endpoint's weight, counting what the engine
+held at its last scrape when that is more, and endpoints with a free seat first. Health has two inputs:
 active checks (``healthy``) and passive ejection after consecutive failures, with exponential
 back-off, so a crashing endpoint is skipped before the next health check notices.
 
@@ -26,6 +27,10 @@ from dataclasses import dataclass, field
 from gateway.config import HealthConfig, PoolName
 from gateway.upstream.deadline import Wait
 
+#: added to the score of an endpoint whose seats are all taken: after every endpoint with a free one
+#: (and before a demoted one, which scores 1e9 more)
+FULL = 1e6
+
 
 @dataclass(eq=False)
 class Endpoint:
@@ -47,6 +52,11 @@ class Endpoint:
     # its server had requests waiting in its own queue at its last scrape (vLLM's num_requests_waiting):
     # a first byte that does not come in time is then its queue's wait, overload rather than a fault
     queueing: bool = False
+    # requests in its engine (running + waiting) at its last scrape, other clients' and workers' with the
+    # gateway's own (0 while unknown), and its seats (max_num_seqs, learned from its queues; None while
+    # unknown): the picker prefers an endpoint with a free seat to one where a request would wait
+    engine: float = 0.0
+    seats: int | None = None
     # its engine holds requests running and takes no step (see gateway.upstream.scrape): its health
     # checks fail while this lasts, whatever its /health says
     stalled: bool = False
@@ -136,8 +146,14 @@ class Pool:
         return sum(e.ejected(now) for e in self.endpoints)
 
     def pick(self, exclude: Iterable[Endpoint] = (), panic: bool = False) -> Endpoint | None:
-        """The available endpoint with the fewest outstanding requests per unit of (effective) weight.
+        """The available endpoint with the fewest requests per unit of (effective) weight, among those
+        with a free seat when any has one.
 
+        An endpoint's requests are the more of the gateway's own in flight (always fresh) and what its
+        engine held at the last scrape (sees other clients and other workers). One whose requests fill
+        its seats (``max_num_seqs``, as learned from its queues) goes after every endpoint with a free
+        seat: a request sent there waits for a seat while a peer would start it at once (a small
+        replica beside large ones would otherwise take as many requests as they do and queue them).
         Ties rotate, so an idle pool still spreads requests over its endpoints. With ``panic`` every
         endpoint not draining is a candidate, whether ejected or failing its health checks. A demoted
         endpoint is picked only when no other is available, or on a probe (one pick in
@@ -155,8 +171,11 @@ class Pool:
             ep = self.endpoints[(start + i) % n]
             if ep in skip or ep.draining or not (panic or ep.available(now)):
                 continue
+            load = ep.outstanding if ep.outstanding >= ep.engine else ep.engine
+            score = (load + 1) / ep.effective_weight(now)
+            if ep.seats is not None and load >= ep.seats:
+                score += FULL
             # a demoted endpoint scores after every other one, except on a probe, which it takes
-            score = (ep.outstanding + 1) / ep.effective_weight(now)
             if ep.demoted:
                 score += -1e9 if probe else 1e9
             if best is None or score < best_score:

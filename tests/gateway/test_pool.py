@@ -31,6 +31,26 @@ def test_ties_rotate_and_weights_count():
     assert heavy.pick() is heavy.endpoints[1]
 
 
+def test_the_engines_own_count_and_its_seats_count():
+    """Other clients' and workers' requests, seen at the last scrape, count when they are more than the
+    gateway's own; an endpoint whose seats are all taken comes after every one with a free seat, however
+    much larger the other's load (a small replica beside large ones)."""
+    pool = _pool(1, 1, 1)
+    big0, big1, small = pool.endpoints
+    big0.outstanding, big0.engine = 1, 9.0  # other clients fill it
+    big1.outstanding, big1.engine = 3, 2.0
+    assert pool.pick() is small
+    small.outstanding, small.seats = 2, 2  # full: two of two seats taken
+    big1.seats = big0.seats = 16
+    assert pool.pick() is big1  # 3 of 16 seats, ahead of 9 and of a full one
+    big0.engine = big1.engine = 16.0
+    big0.outstanding = big1.outstanding = 16
+    assert pool.pick() is small  # every one full: the fewest requests again
+    big0.engine, big0.seats = 0.0, None  # its scrapes failed: the gateway's own count alone
+    big0.outstanding = 1
+    assert pool.pick() is big0
+
+
 def test_exclude_unhealthy_and_ejected():
     pool = _pool(1, 1, 1)
     pool.endpoints[0].healthy = False

@@ -416,3 +416,17 @@ def test_prompts_whose_long_context_makes_speculation_lose_go_to_baseline_once_l
     # over break-even: measured no more, they stop where speculation stops paying, alpha about 0.26)
     assert len(sent[True]) - sent[True].count("baseline") <= 5, sent[True]
     assert sent[False].count("predicted-gain") >= 0.9 * len(sent[False]), sent[False]
+
+
+def test_the_pools_load_is_that_of_its_endpoints_in_rotation():
+    """A demoted endpoint gets probes only, so its small batch is not where the next request goes."""
+    p = _policy()
+    pool = p.pools["speculative"]
+    pool.endpoints = [Endpoint("speculative", "s0", "http://s0"), Endpoint("speculative", "s1", "http://s1")]
+    s0, s1 = pool.endpoints
+    s0.outstanding, s1.outstanding = 12, 1
+    assert p.load("speculative").batch == 2.0
+    s1.demoted = True
+    assert p.load("speculative").batch == 13.0
+    s0.healthy = False  # the demoted one is all that is left: it is where requests go
+    assert p.load("speculative").batch == 2.0

@@ -43,7 +43,7 @@ async def test_forwarding_waits_a_drawn_pause_before_each_retry(monkeypatch: pyt
         return delay
 
     monkeypatch.setattr(forward, "retry_delay", recording)
-    closed = [{"name": f"base-{i}", "url": "http://127.0.0.1:9"} for i in range(3)]
+    closed = [{"name": f"base-{i}", "url": f"http://127.0.0.{i + 1}:9"} for i in range(3)]
     other = {"endpoints": [{"name": "spec-0", "url": "http://127.0.0.1:9"}], "models": ["m"]}
     settings = load_settings(
         overrides={
