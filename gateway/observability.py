@@ -371,7 +371,7 @@ class Metrics:
         self.endpoint_acceptance = Gauge(
             "specroute_endpoint_acceptance_ratio",
             "Draft acceptance rate from the endpoint's own vLLM counters over the last scrape interval.",
-            ["endpoint"],
+            ["pool", "endpoint"],
             multiprocess_mode="livemostrecent",
             registry=r,
         )
@@ -461,10 +461,10 @@ class Metrics:
                 self.scrape_age,
                 self.kv_cache_usage,
                 self.endpoint_acceptance_outlier,
+                self.endpoint_acceptance,
             )
         ]
         series += [(self.pool_load, (endpoint.pool, endpoint.name, s)) for s in ("running", "waiting")]
-        series.append((self.endpoint_acceptance, (endpoint.name,)))
         for gauge, labels in series:
             if multiprocess_dir():
                 gauge.labels(*labels).set(math.nan)

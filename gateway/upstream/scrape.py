@@ -553,7 +553,7 @@ class Scraper:
             if r.kv_usage is not None:
                 m.kv_cache_usage.labels(ep.pool, ep.name).set(r.kv_usage)
             if state.last is not None:
-                m.endpoint_acceptance.labels(ep.name).set(state.last.rate)
+                m.endpoint_acceptance.labels(ep.pool, ep.name).set(state.last.rate)
 
     async def run(self) -> None:
         try:

@@ -162,7 +162,7 @@ def test_unreachable_endpoint_is_survived(vllm_fixture):
         ]
         == 8
     )
-    assert ("specroute_endpoint_acceptance_ratio", (("endpoint", "s0"),)) in samples
+    assert ("specroute_endpoint_acceptance_ratio", (("endpoint", "s0"), ("pool", "speculative"))) in samples
 
 
 def test_an_endpoint_never_scraped_is_as_stale_as_its_scrapes_are_old(vllm_fixture):
