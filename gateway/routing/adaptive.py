@@ -136,6 +136,8 @@ class AdaptivePolicy:
     _finished: int = 0
     _scrape_round: int = 0  # the scraper's round last read
     _base_histogram: bool = False  # a baseline server's page has the inter-token histogram
+    # baseline endpoints whose pages have speculative decoding's counters: their steps time no baseline
+    _drafting_baseline: set[str] = field(default_factory=set)
     # what every decision reads, read once from the (frozen) routing settings: each attribute of a
     # pydantic model goes through its __getattr__ hook, some 500 instructions
     _per_request: bool = field(init=False)
@@ -393,10 +395,16 @@ class AdaptivePolicy:
         """
         self._scrape_round = scraper.rounds
         self._sync_k()
+        drafting: set[str] = set()
         for ep in self.pools["baseline"].endpoints:
+            steps = scraper.take_steps(ep)
+            if scraper.drafting(ep):  # a speculative server listed as baseline: not baseline's step
+                drafting.add(ep.name)
+                continue
             self._base_histogram = self._base_histogram or scraper.times_steps(ep)
-            for step in scraper.take_steps(ep):
+            for step in steps:
                 self.model.observe_baseline(step.seconds, step.batch)
+        self._drafting_baseline = drafting
 
     def _sync_k(self) -> None:
         """Take k from the speculative endpoints' counters when configuration does not give it."""
@@ -421,7 +429,7 @@ class AdaptivePolicy:
         # the batch is read only with a TPOT to learn from (non-streamed answers have none)
         batch = self._lifetime_batch(outcome) if tpot is not None else None
         if outcome.pool != "speculative":
-            if tpot is not None and batch is not None:
+            if tpot is not None and batch is not None and outcome.endpoint not in self._drafting_baseline:
                 self.model.observe_baseline(tpot, batch)
             return None
         if outcome.accepted_tokens is None or not outcome.steps or not outcome.draft_tokens:

@@ -244,6 +244,7 @@ class EndpointScrape:
     failures: int = 0
     error: str | None = None
     told_k: bool = False  # the log said its counters' k differs from the configured one
+    told_drafting: bool = False  # the log said this baseline endpoint runs a draft model
     # since when its engine has held requests running without taking a step (None: it steps, or is idle)
     still_since: float | None = None
 
@@ -423,6 +424,11 @@ class Scraper:
         state = self._state(endpoint)
         return state.k if state is not None else None
 
+    def drafting(self, endpoint: Endpoint) -> bool:
+        """Whether the endpoint's last page had speculative decoding's counters (a draft model runs)."""
+        state = self._state(endpoint)
+        return state is not None and state.reading is not None and state.reading.drafts is not None
+
     def take_steps(self, endpoint: Endpoint) -> list[StepTime]:
         """The endpoint's step times counted since the last call, oldest first (each is taken once)."""
         state = self._state(endpoint)
@@ -494,6 +500,16 @@ class Scraper:
         pool = self.pools.get(ep.pool)
         configured = pool.num_speculative_tokens if pool else None
         state.update(reading, configured)
+        if ep.pool == "baseline" and reading.drafts is not None and not state.told_drafting:
+            # a speculative server in the baseline pool (a pod of the wrong Deployment behind the
+            # Service): its step is not baseline's, by which the draft's cost is measured
+            state.told_drafting = True
+            log.warning(
+                "endpoint %s/%s has speculative decoding's counters in its /metrics: it runs a draft model,"
+                " so its step times are left out of baseline's; list it in pools.speculative",
+                ep.pool,
+                ep.name,
+            )
         drafted = len(reading.per_pos) if reading.per_pos else None
         if configured and drafted and drafted != configured and not state.told_k:
             # every measurement reads the stream by the configured k: wrong, it misreads them all

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 from dataclasses import dataclass
 
+import httpx
 import pytest
 from prometheus_client import generate_latest
 
@@ -430,3 +433,30 @@ def test_the_pools_load_is_that_of_its_endpoints_in_rotation():
     assert p.load("speculative").batch == 13.0
     s0.healthy = False  # the demoted one is all that is left: it is where requests go
     assert p.load("speculative").batch == 2.0
+
+
+def test_a_speculative_server_listed_as_baseline_does_not_time_baselines_step(caplog, vllm_fixture):
+    """Its pages have speculative decoding's counters: its steps (a draft's and a verification's) and its
+    requests' TPOT are not baseline's, by which the draft's cost is measured; the log says so once."""
+    p = _policy(exploration_rate=0.0)
+    b0 = p.pools["baseline"].endpoints[0]
+    pages = iter(
+        vllm_fixture(f"draftsame_metrics_{x}.txt").decode() for x in ("before", "under_load", "after_load")
+    )
+    scraper = p.scraper
+    assert scraper is not None
+    scraper.client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, text=next(pages)))
+    )
+    configured = p.model.step_s
+    with caplog.at_level(logging.WARNING, "specroute.upstream.scrape"):
+        for _ in range(3):
+            asyncio.run(scraper._scrape(b0))
+            scraper.rounds += 1
+            p.decide(OPEN)
+    assert scraper.drafting(b0) and p._drafting_baseline == {"b0"}
+    assert p.model.base_observations == 0 and p.model.step_s == configured
+    d = p.decide(RouteRequest({"prompt": "tell me a story"}, "completions", forced_pool="baseline"))
+    p.observe(Outcome(d, "baseline", "b0", 200, 0.05, 0.05 + 63 * 0.03, 64, 1))
+    assert p.model.base_observations == 0
+    assert sum("runs a draft model" in r.getMessage() for r in caplog.records) == 1
