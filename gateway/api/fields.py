@@ -15,7 +15,8 @@ from typing import Any
 from gateway.api.errors import APIError
 from gateway.routing.policy import Api
 
-#: the Python type each JSON type parses to (orjson gives exactly these; ``bool`` is not an integer here)
+#: the Python type each JSON type parses to (orjson and the standard library give exactly these; ``bool``
+#: is not an integer here)
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
@@ -105,11 +106,19 @@ _NONE = type(None)
 
 def _wrong_type(param: str, types: tuple[str, ...], value: Any) -> APIError:
     if "integer" in types and isinstance(value, float) and value.is_integer():
-        # JSON has one number type: an integer beyond 64 bits is parsed as a float, but the client sent
-        # an integer, too large for any field (vLLM's bounds are 64-bit)
-        return APIError(400, f"'{param}' is out of range: at most a 64-bit integer", param=param)
+        # JSON has one number type: an integer beyond 64 bits parsed as a float (orjson's reading), but
+        # the client sent an integer, too large for any field (vLLM's bounds are 64-bit)
+        return _out_of_range(param)
     expected = " or ".join(f"a{'n' if t[0] in 'aeiou' else ''} {t}" for t in types)
     return APIError(400, f"'{param}' must be {expected}", param=param)
+
+
+def _out_of_range(param: str) -> APIError:
+    return APIError(400, f"'{param}' is out of range: at most a 64-bit integer", param=param)
+
+
+#: the integers orjson reads as integers; the bounds of every integer field the gateway passes on
+MIN_INT, MAX_INT = -(2**63), 2**64 - 1
 
 
 def whole(value: Any) -> int | None:
@@ -158,6 +167,21 @@ def check_types(payload: dict[str, Any], api: Api) -> None:
         _check_messages(payload.get("messages"))
     elif payload.get("prompt") is not None or payload.get("prompt_embeds") is None:
         _check_prompt(payload.get("prompt"))  # a prompt given as embeddings alone is vLLM's to read
+
+
+def check_ranges(payload: dict[str, Any], api: Api) -> None:
+    """Raise a 400 naming the first integer field whose value is past 64 bits.
+
+    For a body parsed exactly (one that may hold such integers, :func:`gateway.api.request.json_object`),
+    after :func:`check_types`: an integer field past 64 bits gets the 400 it gets when orjson reads it
+    as a float, and an integer anywhere else (a schema's ``const``, ``vllm_xargs``) goes on exact.
+    Off the common path: the parse finds such bodies.
+    """
+    table = FIELDS[api]  # (``stream_options`` has no integer field)
+    for name, value in payload.items():
+        types = table.get(name)
+        if types and "integer" in types and type(value) is int and not MIN_INT <= value <= MAX_INT:
+            raise _out_of_range(name)
 
 
 _CONTENT = frozenset((str, list, _NONE))

@@ -78,9 +78,11 @@ def encode_body(payload: Any) -> bytes:
     """A request body as JSON bytes: orjson's, or the standard library's where orjson will not go.
 
     orjson reads JSON nested up to 1,024 levels but writes only 254, so a body it parsed (a deep
-    ``json_schema``, deep ``vllm_xargs``) could not be rewritten by it; the standard library's encoder
-    writes those (compact, the same values) up to Python's recursion limit. Past that, or for anything
-    else neither can write, :class:`~gateway.errors.RequestNotEncodable`.
+    ``json_schema``, deep ``vllm_xargs``) could not be rewritten by it; nor does it write an integer past
+    64 bits (the API edge parses those exactly: a ``const`` in a schema, an id in ``vllm_xargs``). The
+    standard library's encoder writes both (compact, the same values, integers digit for digit) up to
+    Python's recursion limit. Past that, or for anything else neither can write,
+    :class:`~gateway.errors.RequestNotEncodable`.
     """
     try:
         return orjson.dumps(payload)

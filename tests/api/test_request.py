@@ -4,12 +4,16 @@ whole, within its limits, and decoded when it was sent compressed."""
 from __future__ import annotations
 
 import gzip
+import json
 import multiprocessing
+import re
 import zlib
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
@@ -17,10 +21,12 @@ from gateway.api.request import (
     MAX_REQUEST_ID,
     decoded,
     header,
+    json_object,
     new_request_id,
     read_body,
     request_id,
     trace_id,
+    wide_digits,
 )
 from tests.api.conftest import API_KEY, MODEL, InProcess
 
@@ -230,3 +236,62 @@ def test_a_compressed_completion_goes_upstream_decoded(gateway: InProcess) -> No
     r = gateway.request("POST", "/v1/completions", content=body, headers={**AUTH, "content-encoding": "br"})
     assert r.status_code == 415
     assert r.json()["error"]["param"] == "content-encoding" and "'br'" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "literal",
+    [
+        b"98765432109876543210",  # past 2**64 - 1
+        b"18446744073709551616",  # 2**64
+        b"-9223372036854775809",  # below -2**63: 19 digits
+        b"-9999999999999999999",
+        b"12345678901234567890123",
+        b"1" + b"0" * 300,  # a googol cubed: still within a double's range, read exactly
+    ],
+)
+def test_an_integer_past_64_bits_is_read_exactly_wherever_it_is(literal: bytes) -> None:
+    # orjson reads these as the nearest float, which a re-encoded body would then carry upstream
+    body = b'{"a": %s, "b": {"c": [1, %s]}, "d": "%s"}' % (literal, literal, literal)
+    payload = json_object(body)
+    assert payload == {"a": int(literal), "b": {"c": [1, int(literal)]}, "d": literal.decode()}
+    assert type(payload["a"]) is int and type(payload["b"]["c"][1]) is int
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"seed": 18446744073709551615, "n": -9223372036854775808, "x": 1.5}',  # the 64-bit bounds
+        b'{"id": "12345678901234567890123", "t": 0.1000000000000000055511151231257827, "f": 1e300}',
+        b'{"s": "\\u00e9 caf\\u00e9 \\n", "u": "\\ud83d\\ude00", "e": [], "o": {}, "z": -0.0}',
+        b'{"p": 12345678901234567890123e-5, "q": 98765432109876543210.5, "big": 1e19}',
+    ],
+)
+def test_the_exact_parse_reads_every_other_value_as_orjson_does(body: bytes) -> None:
+    # the bodies with a run of 19 digits take the standard library's parse: the same values
+    wide = json_object(b'{"pad": "0000000000000000000", "v": %s}' % body)["v"]
+    assert wide == orjson.loads(body) == json.loads(body)
+    assert [type(v) for v in wide.values()] == [type(v) for v in orjson.loads(body).values()]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"a": 1' + b"1" * 400 + b"}", "not valid JSON"),  # past a double: orjson's error, a 400
+        (b'{"a": 1' + b"1" * 5000 + b"}", "not valid JSON"),  # past the standard library's 4,300 digits
+        (b'{"a": 11111111111111111111, "b": NaN}', "not valid JSON"),
+        (b'{"a": "\\ud800", "b": 11111111111111111111}', "not valid JSON"),  # a lone surrogate
+        (b"\xef\xbb\xbf" + b'{"a": 11111111111111111111}', "not valid JSON"),  # a byte order mark
+        (b"[11111111111111111111]", "must be a JSON object"),
+    ],
+)
+def test_a_body_with_a_long_integer_is_judged_as_any_other(body: bytes, says: str) -> None:
+    with pytest.raises(APIError) as e:
+        json_object(body)
+    assert e.value.status == 400 and says in e.value.message
+
+
+@given(st.binary().map(lambda b: b.translate(bytes.maketrans(bytes(range(256)), b"0123456789 ,-.e:" * 16))))
+def test_the_sampled_check_finds_every_run_of_19_digits(body: bytes) -> None:
+    # every 6th byte first, then every byte: the same answer as looking at every byte at once
+    assert wide_digits(body) == (re.search(rb"[0-9]{19}", body) is not None)
+    assert wide_digits(b"x" * (len(body) % 7) + b"5" * 19 + body)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,52 @@ def test_a_body_nested_deeper_than_orjson_writes_is_forwarded_and_one_past_any_e
                     assert r.text.rstrip().endswith("data: [DONE]")
 
 
+# integers past 64 bits, which orjson reads as the nearest float: where vLLM reads them (a schema's
+# ``const``, ``vllm_xargs``) they must arrive as the client wrote them, whichever route the body takes
+WIDE = b"""{"model": "%s", "messages": [{"role": "user", "content": "The record, please."}], "max_tokens": 4,
+ "stream": %s, "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+  "type": "object", "properties": {"id": {"type": "integer", "const": 12345678901234567890123}}}}},
+ "vllm_xargs": {"user_id": 98765432109876543210, "floor": -9223372036854775809}}"""
+
+
+def test_integers_past_64_bits_go_upstream_exact_streamed_or_not_to_either_pool() -> None:
+    """A stream's body is re-encoded (its ``stream_options``), and so is a non-streamed one measured on
+    the speculative pool (measure_interval_s 0: every one); a non-streamed one to the baseline pool goes
+    as sent. Each carries the same integers."""
+    with InProcess({"routing": {"measure_interval_s": 0}, "logging": {"access_log": False}}) as stack:
+        recorders = {}
+        for pool, upstream in zip(("speculative", "baseline"), stack.upstreams, strict=True):
+            recorders[pool] = recorder = Recorder(upstream.app, "/v1/chat/completions")
+            upstream.app = recorder  # type: ignore[assignment]
+        for pool in ("speculative", "baseline"):
+            for stream in (b"false", b"true"):
+                r = stack.request(
+                    "POST",
+                    "/v1/chat/completions",
+                    content=WIDE % (MODEL.encode(), stream),
+                    headers={"content-type": "application/json", "x-specroute-pool": pool},
+                )
+                assert r.status_code == 200, (pool, stream, r.text[:300])
+                assert r.headers["x-specroute-pool"] == pool
+                sent = json.loads(recorders[pool].bodies[-1])  # the standard library reads them exactly
+                rewritten = pool == "speculative" or stream == b"true"
+                assert ("stream_options" in sent) is rewritten, (pool, stream)  # the route it took
+                assert sent["vllm_xargs"] == {"user_id": 98765432109876543210, "floor": -9223372036854775809}
+                schema = sent["response_format"]["json_schema"]["schema"]
+                assert schema["properties"]["id"]["const"] == 12345678901234567890123, (pool, stream)
+                assert type(schema["properties"]["id"]["const"]) is int
+        # an integer field past 64 bits is refused as before, whatever parsed it
+        for field, value in (("seed", b"18446744073709551616"), ("max_tokens", b"-9999999999999999999")):
+            body = b'{"model": "%s", "prompt": "x", "%s": %s}' % (MODEL.encode(), field.encode(), value)
+            r = stack.request("POST", "/v1/completions", content=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+            assert "at most a 64-bit integer" in r.json()["error"]["message"]
+        # a number field takes any number: the upstream judges its value
+        body = b'{"model": "%s", "prompt": "x", "max_tokens": 2, "presence_penalty": 100000000000000000000}'
+        r = stack.request("POST", "/v1/completions", content=body % MODEL.encode())
+        assert r.status_code == 200, r.text
+
+
 def test_an_empty_model_name_is_the_upstreams_default_as_vllm_reads_it() -> None:
     with InProcess({"logging": {"access_log": False}}) as stack:
         for path, body in (
@@ -148,14 +195,15 @@ def test_a_served_response_names_its_pool() -> None:
 
 
 class Recorder:
-    """Wraps an upstream: keeps the body of every ``/v1/completions`` request it receives."""
+    """Wraps an upstream: keeps the body of every request to ``path`` it receives."""
 
-    def __init__(self, inner: Any):
+    def __init__(self, inner: Any, path: str = "/v1/completions"):
         self.inner = inner
+        self.path = path
         self.bodies: list[bytes] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/completions":
+        if scope["type"] != "http" or scope["path"] != self.path:
             await self.inner(scope, receive, send)
             return
         chunks: list[bytes] = []
