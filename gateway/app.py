@@ -382,7 +382,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, APIError)
-        return error_response(exc.status, exc.message, exc.param, {**exc.headers, **_rid(request)})
+        return error_response(exc.status, exc.message, exc.param, {**exc.headers, **_rid(request)}, exc.body)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)

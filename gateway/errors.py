@@ -51,11 +51,19 @@ class ModelNotServed(UpstreamError):
 
 
 class UpstreamStatus(UpstreamError):
-    """The upstream answered with a server error or a busy status on every try."""
+    """The upstream answered with a server error or a busy status on every try.
 
-    def __init__(self, status: int, message: str, retry_after_s: float | None = None):
+    ``body``: the upstream's own OpenAI-shaped error body, for the client to read as it came, when the
+    status is a 429 (a 4xx is the client's to read, as vLLM wrote it; a 5xx's text may hold a trace or
+    an address and goes to the log only); else None, and ``message`` says what happened.
+    """
+
+    def __init__(
+        self, status: int, message: str, retry_after_s: float | None = None, body: bytes | None = None
+    ):
         super().__init__(message, retry_after_s)
         self.status = status
+        self.body = body
 
 
 class RequestNotEncodable(Exception):

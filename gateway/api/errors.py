@@ -46,13 +46,19 @@ class APIError(Exception):
     """Raised anywhere on the request path; rendered as an OpenAI error body."""
 
     def __init__(
-        self, status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
     ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.headers = headers or {}
+        self.body = body  # the upstream's own error body, sent as it came in the place of the gateway's
 
 
 def error_body(status: int, message: str, param: str | None = None) -> bytes:
@@ -84,11 +90,16 @@ def _phrase(status: int) -> str:
 
 
 def error_response(
-    status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
+    status: int,
+    message: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
 ) -> Response:
-    return Response(
-        error_body(status, message, param), status, headers=headers, media_type="application/json"
-    )
+    """An OpenAI-shaped error; ``body``, an upstream's own (:attr:`APIError.body`), in the place of the
+    one the gateway would write."""
+    content = error_body(status, message, param) if body is None else body
+    return Response(content, status, headers=headers, media_type="application/json")
 
 
 def sse_error_event(status: int, message: str) -> bytes:
@@ -106,16 +117,17 @@ def from_upstream(error: UpstreamError) -> APIError:
     """What a client is told of an upstream failure: the one place that maps them to statuses.
 
     Nothing answered or nothing was left to try: 503; silence: 504; a busy or failed status: that status
-    when it is one a gateway passes on (429, 502, 503, 504), else 502; no endpoint tried serves the
-    model: 404 on ``model``; anything broken: 502. A wait worth making before trying again (busy pools)
-    goes out as ``Retry-After``, which the OpenAI SDKs honour.
+    when it is one a gateway passes on (429, 502, 503, 504), else 502, and a 429 with the upstream's own
+    body when it kept one (vLLM's rate-limit message is the client's to read, as any 4xx is); no
+    endpoint tried serves the model: 404 on ``model``; anything broken: 502. A wait worth making before
+    trying again (busy pools) goes out as ``Retry-After``, which the OpenAI SDKs honour.
     """
     headers = None
     if error.retry_after_s is not None:
         headers = {"retry-after": str(max(1, math.ceil(error.retry_after_s)))}
     if isinstance(error, UpstreamStatus):
         status = error.status if error.status in (429, 502, 503, 504) else 502
-        return APIError(status, error.message, headers=headers)
+        return APIError(status, error.message, headers=headers, body=error.body)
     if isinstance(error, ModelNotServed):
         return APIError(404, error.message, param="model")
     if isinstance(error, NoEndpoint | Unreachable):

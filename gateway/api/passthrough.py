@@ -219,4 +219,4 @@ def _headers(sent: Sent, rid: str) -> dict[str, str]:
 
 def _error(e: APIError, rid: str) -> Response:
     message = f"{e.message} (request id {rid})" if e.status >= 500 else e.message
-    return error_response(e.status, message, e.param, {**e.headers, "x-request-id": rid})
+    return error_response(e.status, message, e.param, {**e.headers, "x-request-id": rid}, e.body)

@@ -172,7 +172,7 @@ async def responses(request: Request) -> Response:
         message = f"{e.message} (request id {rid})" if e.status >= 500 else e.message
         # no pool's answer reached the client: no x-specroute-pool, as on the completion routes
         extra = decision_headers(decision, None, rid) if decision else {"x-request-id": rid}
-        return error_response(e.status, message, e.param, {**e.headers, **extra})
+        return error_response(e.status, message, e.param, {**e.headers, **extra}, e.body)
     gw.observer.forwarded(decision, sent.pool)
     status = sent.response.status
     meter = EventMeter(started) if status < 300 else None

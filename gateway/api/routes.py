@@ -205,7 +205,7 @@ def _failed(ex: Exchange, e: APIError) -> Response:
     failover reason one that served nothing); a server error names the request id, to find it in the log.
     """
     message = f"{e.message} (request id {ex.request_id})" if e.status >= 500 else e.message
-    return error_response(e.status, message, e.param, {**e.headers, **ex.headers(None)})
+    return error_response(e.status, message, e.param, {**e.headers, **ex.headers(None)}, e.body)
 
 
 async def _validate(request: Request, ex: Exchange) -> tuple[bytes, dict[str, Any]]:

@@ -63,6 +63,9 @@ MISSING_LOG_S = 60.0
 BUSY_RETRY_AFTER_S = 1.0
 #: the longest wait an upstream's own ``Retry-After`` is passed on with
 MAX_RETRY_AFTER_S = 60.0
+#: the largest upstream 429 body kept for the client (vLLM's is a few hundred bytes): one held while
+#: the other endpoints are tried is not a whole response's worth of memory
+MAX_ERROR_BODY = 64 * 1024
 #: the least of a request's time left worth another try (less would only be cut: timers may fire a
 #: little early)
 MIN_TRY_S = 0.01
@@ -881,11 +884,14 @@ def _telling(error: UpstreamError) -> int:
 
 
 def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> UpstreamStatus:
-    """A 5xx that will not be retried again: the status and a generic message for the client.
+    """A 5xx or 429 that will not be retried again: what the client is told if no other try answers.
 
-    The upstream's own text (a stack trace, a path, an internal address) goes to the log only.
+    A 5xx gets a generic message: the upstream's own text (a stack trace, a path, an internal address)
+    goes to the log only. A 429 is a 4xx, the client's to read: vLLM's own OpenAI-shaped body (up to
+    :data:`MAX_ERROR_BODY` bytes) is kept to go to the client as it came, its message the error's.
     """
     text = body[:2000].decode("utf-8", "replace")
+    err = None
     try:
         err = orjson.loads(body).get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
@@ -893,4 +899,6 @@ def _reported_status(status: int, body: bytes, endpoint: Endpoint) -> UpstreamSt
     except (orjson.JSONDecodeError, AttributeError):
         pass
     log.warning("%s/%s returned HTTP %d: %r", endpoint.pool, endpoint.name, status, text)  # one line
+    if status == 429 and isinstance(err, dict) and len(body) <= MAX_ERROR_BODY:
+        return UpstreamStatus(status, text, body=body)
     return UpstreamStatus(status, f"the upstream returned HTTP {status}")

@@ -140,6 +140,79 @@ def test_integers_past_64_bits_go_upstream_exact_streamed_or_not_to_either_pool(
         assert r.status_code == 200, r.text
 
 
+class Busy:
+    """Wraps an upstream: every ``POST /v1/*`` is answered 429 with ``body`` (and ``Retry-After`` when given),
+    as vLLM behind a rate limiter or an overloaded router answers; the rest (health checks) passes."""
+
+    def __init__(self, inner: Any, body: bytes, retry_after: bytes | None):
+        self.inner = inner
+        self.body = body
+        self.retry_after = retry_after
+        self.calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith("/v1/"):
+            await self.inner(scope, receive, send)
+            return
+        self.calls += 1
+        while (await receive()).get("more_body"):
+            pass
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(self.body))]
+        if self.retry_after is not None:
+            headers.append((b"retry-after", self.retry_after))
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+# vLLM's ErrorResponse, as it writes it (a key order and spacing the gateway would not write)
+RATE_LIMITED = (
+    b'{"error": {"message": "Too many requests for tenant acme: 40 of 40 in flight", '
+    b'"type": "RateLimitError", "param": null, "code": 429}}'
+)
+
+
+def test_a_429_from_every_endpoint_reaches_the_client_with_the_upstreams_own_body() -> None:
+    """429 means busy: each endpoint is tried (both pools) as before; when none takes the request the
+    client reads vLLM's own error, status and Retry-After, with the gateway's request id."""
+    with InProcess({"logging": {"access_log": False}}) as stack:
+        busy = []
+        for upstream in stack.upstreams:
+            busy.append(Busy(upstream.app, RATE_LIMITED, b"7"))
+            upstream.app = busy[-1]  # type: ignore[assignment]
+        requests = [
+            ("/v1/chat/completions", CHAT),
+            ("/v1/chat/completions", {**CHAT, "stream": True}),
+            ("/v1/completions", {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4}),
+            ("/v1/completions", {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4, "stream": True}),
+            ("/v1/responses", {"model": MODEL, "input": "Say hi.", "max_output_tokens": 4}),
+            ("/v1/embeddings", {"model": MODEL, "input": "Say hi."}),
+        ]
+        for i, (path, body) in enumerate(requests):
+            calls = [b.calls for b in busy]
+            r = stack.request("POST", path, json=body, headers={"x-request-id": f"rate-{i}"})
+            assert r.status_code == 429, (path, body, r.text)
+            assert r.content == RATE_LIMITED, (path, body)
+            assert r.headers["content-type"] == "application/json"
+            assert r.headers["retry-after"] == "7"
+            assert r.headers["x-request-id"] == f"rate-{i}"
+            assert "x-specroute-pool" not in r.headers  # no pool served it
+            assert sum(b.calls for b in busy) - sum(calls) >= 2, path  # tried elsewhere before giving up
+        # the completion routes fail over to the other pool: both were asked
+        assert all(b.calls for b in busy)
+        # a 429 whose body is no OpenAI error (a proxy's page) is told in the API's format, with the
+        # gateway's own wait when the upstream named none
+        for b in busy:
+            b.body, b.retry_after = b"<html>429 Too Many Requests</html>", None
+        r = stack.request("POST", "/v1/chat/completions", json=CHAT)
+        assert r.status_code == 429 and r.headers["retry-after"] == "1"
+        assert r.json()["error"] == {
+            "message": "the upstream returned HTTP 429",
+            "type": "RateLimitError",
+            "param": None,
+            "code": 429,
+        }
+
+
 def test_an_empty_model_name_is_the_upstreams_default_as_vllm_reads_it() -> None:
     with InProcess({"logging": {"access_log": False}}) as stack:
         for path, body in (
