@@ -225,6 +225,8 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     app.add_route(
         "/v1/{rest:path}", passthrough.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]
     )
+    for path, method in passthrough.ROOT_PATHS.items():
+        app.add_route(path, passthrough.passthrough, methods=[method])
     app.state.cors = settings.cors
     _install_error_handlers(app)
     return app
@@ -313,7 +315,8 @@ async def _refused(app: FastAPI, scope: Scope, receive: Receive, send: Send) -> 
     gw: Gateway | None = getattr(app.state, "gateway", None)
     if gw is not None:
         path = scope["path"]
-        route = _ROUTES.get(path) or (passthrough.route_label(path) if path.startswith("/v1/") else "other")
+        passed = path.startswith("/v1/") or path in passthrough.ROOT_PATHS
+        route = _ROUTES.get(path) or (passthrough.route_label(path) if passed else "other")
         observe(gw, rid=rid, route=route, started=started, status=503, trace=trace_id(request))
 
 

@@ -1,10 +1,12 @@
-"""Routes forwarded without classification: embeddings, (de)tokenising, and any other ``/v1/*`` route.
+"""Routes forwarded without classification: embeddings, (de)tokenising, any other ``/v1/*`` route, and
+vLLM's routes outside ``/v1`` that serve a model (:data:`ROOT_PATHS`).
 
 Both pools serve the same models, so these go to the baseline pool (speculation does nothing for
 them) and fail over to the speculative pool like any request. ``/v1/embeddings``, ``/tokenize`` and
 ``/detokenize`` are JSON and idempotent: the body and its ``model`` are checked, and a failed try is
 sent again. Any other ``/v1/*`` route (audio, score, rerank, a route a newer vLLM adds) is passed
-through as it came, in either direction, with the caller's content type: its ``model`` is checked
+through as it came, in either direction, with the caller's content type (and so are vLLM's scoring,
+reranking, classification and pooling routes outside ``/v1``, and ``GET /version``): its ``model`` is checked
 when the body names one (JSON or a multipart form), a ``GET`` is sent again like any idempotent
 request, and a ``POST`` only when no endpoint took it. Metrics label these by a bounded route name
 (:func:`route_label`), never by the raw path.
@@ -51,6 +53,19 @@ _LABELS: dict[str, Route] = {
     "pooling": "pooling",
 }
 
+#: vLLM's routes outside ``/v1`` passed through like the rest of ``/v1/*``: those that serve a model
+#: (``/score``, ``/rerank`` and ``/v2/rerank``, ``/classify``, ``/pooling``: some only at the root), and
+#: its version. Not ``/invocations`` (SageMaker's entry, which vLLM hands to the completion routes by the
+#: body's shape): a completion that came that way would go unrouted and unmeasured
+ROOT_PATHS: dict[str, str] = {
+    "/score": "POST",
+    "/rerank": "POST",
+    "/v2/rerank": "POST",
+    "/classify": "POST",
+    "/pooling": "POST",
+    "/version": "GET",
+}
+
 _DOT_SEGMENTS = frozenset((".", ".."))
 _IDEMPOTENT = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS"))
 # a part's header lines are a few (Content-Disposition, Content-Type): bounded, so that each occurrence of
@@ -59,8 +74,10 @@ _FORM_MODEL = re.compile(rb'name="model"\r\n(?:[^\r\n]+\r\n){0,8}\r\n([^\r\n]*)\
 
 
 def route_label(path: str) -> Route:
-    """The metrics label of a passed-through path: its first segment when it is a known vLLM route."""
-    head = path.removeprefix("/v1/").split("/", 1)[0]
+    """The metrics label of a passed-through path: its first segment after the API version (``/v1``,
+    ``/v2``, or none) when it is a known vLLM route."""
+    parts = path.lstrip("/").split("/", 2)
+    head = parts[1] if parts[0] in ("v1", "v2") and len(parts) > 1 else parts[0]
     return _LABELS.get(head, "other")
 
 
@@ -110,7 +127,8 @@ async def _json_route(request: Request, path: str, route: Route) -> Response:
 
 
 async def passthrough(request: Request) -> Response:
-    """Any other ``/v1/*`` route, to an endpoint of the model the body names (or of the baseline pool)."""
+    """Any other ``/v1/*`` route, or one of :data:`ROOT_PATHS`, to an endpoint of the model the body names
+    (or of the baseline pool)."""
     gw = state.of(request)
     path = request.url.path
     if path.endswith("/") and path.rstrip("/") in OWN_PATHS:

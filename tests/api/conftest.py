@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from gateway.api.passthrough import ROOT_PATHS
 from gateway.app import create_app, fast_path
 from gateway.config import Settings, load_settings
 from gateway.emulator.config import EmulatorConfig
@@ -149,7 +150,8 @@ def gateway() -> Iterator[InProcess]:
 
 
 class Echo:
-    """A stub upstream route beside the emulator's: ``/v1/score`` and ``/v1/audio/*`` echo the request."""
+    """A stub upstream route beside the emulator's: ``/v1/score``, ``/v1/audio/*`` and vLLM's routes outside
+    ``/v1`` echo the request."""
 
     def __init__(self, inner: Any):
         self.inner = inner
@@ -157,7 +159,8 @@ class Echo:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not (path == "/v1/score" or path.startswith("/v1/audio/")):
+        echoed = path == "/v1/score" or path.startswith("/v1/audio/") or path in ROOT_PATHS
+        if scope["type"] != "http" or not echoed:
             await self.inner(scope, receive, send)
             return
         self.calls += 1

@@ -77,6 +77,28 @@ def test_other_v1_routes_pass_through_with_a_bounded_label(echoing: InProcess) -
     assert "transcriptions" not in text  # the raw path never becomes a label
 
 
+@pytest.mark.parametrize(
+    ("path", "label"),
+    [("/score", "score"), ("/rerank", "rerank"), ("/v2/rerank", "rerank"), ("/classify", "classify"),
+     ("/pooling", "pooling")],
+)  # fmt: skip
+def test_vllms_model_routes_outside_v1_pass_through(echoing: InProcess, path: str, label: str) -> None:
+    """vLLM serves some only there (``/classify``, ``/pooling``): checked and labelled like ``/v1/score``."""
+    body = {"model": MODEL, "query": "q", "documents": ["a", "b"]}
+    r = echoing.request("POST", path, json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    echo = r.json()
+    assert (echo["method"], echo["path"], orjson.loads(echo["body"])) == ("POST", path, body)
+    assert r.headers["x-specroute-pool"] == "baseline" and "x-specroute-reason" not in r.headers
+    assert metric(echoing, "specroute_requests_total", route=label, status="200") >= 1
+    unknown = echoing.request("POST", path, json={**body, "model": "nope"}, headers=AUTH)
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
+    assert echoing.request("POST", path, json=body).status_code == 401
+    version = echoing.request("GET", "/version", headers=AUTH)
+    assert version.status_code == 200 and version.json()["path"] == "/version"
+    assert echoing.request("POST", "/invocations", json=body, headers=AUTH).status_code == 404  # not ours
+
+
 def test_passthrough_of_unknown_routes_and_methods(echoing: InProcess) -> None:
     r = echoing.request("GET", "/v1/no/such/route", headers=AUTH)
     assert r.status_code == 404  # the upstream has no such route: said in the API's error format
