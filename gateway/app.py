@@ -190,7 +190,7 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
             )
         )
         gw.tasks.append(
-            asyncio.create_task(discovery.run(client, pools, settings, on_removed=metrics.forget))
+            asyncio.create_task(discovery.run(client, pools, settings, on_removed=gw.upstreams.forget))
         )
         gw.tasks.append(asyncio.create_task(scraper.run()))
         freeze_heap()

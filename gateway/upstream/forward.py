@@ -226,6 +226,14 @@ class Upstreams:
                 self.metrics.ejected.labels(pool.name, ep.name).set(1.0 if ep.ejected() else 0.0)
             self.metrics.pool_available.labels(pool.name).set(available)
 
+    def forget(self, endpoint: Endpoint) -> None:
+        """Drop what is kept of an endpoint discovery removed once it drained: its gauges
+        (:meth:`Metrics.forget`), its in-flight gauge's handle and its target, which would otherwise
+        grow with every pod that ever served."""
+        self.metrics.forget(endpoint)
+        self._inflight.pop(endpoint, None)
+        self._targets.pop(endpoint, None)
+
     def _busy(self, endpoint: Endpoint, delta: int) -> None:
         """Count a request in or out of an endpoint, in the balancer and in the shared gauge.
 

@@ -463,12 +463,14 @@ class Scraper:
         older than routing's limit of three intervals for much of the time, and routing ignored them.
         """
         eps = self.endpoints()
-        live = {id(e) for e in eps}
         for ep in eps:
             if id(ep) not in self.pending:
                 self.pending[id(ep)] = asyncio.create_task(self._scrape(ep), name=f"{ep.pool}/{ep.name}")
         if self.pending:
             await asyncio.wait(list(self.pending.values()), timeout=self.interval_s)
+        # the endpoints now: discovery may have removed some while the round waited (and dropped their
+        # gauges, which an export of their state would bring back, frozen, for the process's life)
+        live = {id(e) for e in self.endpoints()}
         for key, task in list(self.pending.items()):
             if task.done():
                 del self.pending[key]
@@ -559,6 +561,8 @@ class Scraper:
         now = time.monotonic()
         for state in self.by_endpoint.values():
             ep, r = state.endpoint, state.reading
+            if ep.draining:  # discovery removed it: its gauges are gone (Metrics.forget), and stay so
+                continue
             m.scrape_age.labels(ep.pool, ep.name).set(state.staleness(now))
             if r is None:
                 continue

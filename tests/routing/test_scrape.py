@@ -7,6 +7,7 @@ import re
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from gateway.observability import Metrics
 from gateway.upstream.pool import Endpoint, Pool
@@ -14,6 +15,7 @@ from gateway.upstream.scrape import (
     MAX_POSITIONS,
     MIN_STEPS,
     UNREAD_STEPS,
+    EndpointScrape,
     Reading,
     Scraper,
     interval,
@@ -471,3 +473,27 @@ def test_a_restarted_server_is_learned_afresh():
     state.update(Reading(4.0, running=2, waiting=3, steps=30.0, step_seconds=0.3), None)
     assert state.queued and state.capacity == 2
     assert (state.endpoint.engine, state.endpoint.seats) == (5.0, 2)  # what the picker reads
+
+
+def test_an_endpoint_discovery_removes_during_a_round_leaves_no_gauges(vllm_fixture):
+    """Its gauges are dropped when it leaves (Metrics.forget); a scrape round that was under way then,
+    or a /metrics render before the next round, must not bring them back, frozen, for good."""
+    page = vllm_fixture("ngram_metrics_under_load.txt").decode()
+    scraper: Scraper | None = None
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "s1" and scraper is not None:  # discovery removes s1 meanwhile
+            pool = scraper.pools["speculative"]
+            for gone in pool.set_endpoints([e for e in pool.endpoints if e.name != "s1"]):
+                scraper.metrics.forget(gone)
+        return httpx.Response(200, text=page)
+
+    scraper, (_, s1) = _scraper(handler)
+    asyncio.run(scraper.scrape_once())
+    text = generate_latest(scraper.metrics.registry).decode()
+    assert 'endpoint="s0"' in text and 'endpoint="s1"' not in text
+    assert [s["endpoint"] for s in scraper.snapshots()] == ["s0"]
+    # a removed endpoint still in the table (the next round prunes it) is not exported either
+    scraper.by_endpoint[id(s1)] = EndpointScrape(s1, reading=Reading(1.0, running=3))
+    scraper.export()
+    assert 'endpoint="s1"' not in generate_latest(scraper.metrics.registry).decode()

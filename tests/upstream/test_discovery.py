@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import pytest
 import uvicorn
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import Settings, load_settings
 from gateway.upstream import discovery
@@ -190,6 +192,18 @@ async def test_a_removed_endpoint_finishes_its_stream_and_gets_no_new_requests(p
     rest = b"".join([piece async for piece in upstreams.relay(sent, None, lambda s, failed: None)])
     assert rest == b"data: {}\n\ndata: [DONE]\n\n"
     assert leaving.outstanding == 0
+    # drained: what was kept of it goes (pods come and go under discovery: it must not pile up)
+    assert leaving in upstreams._inflight and leaving in upstreams._targets
+    upstreams.forget(leaving)
+    assert leaving not in upstreams._inflight and leaving not in upstreams._targets
+    gauges = {
+        s.name
+        for f in text_string_to_metric_families(generate_latest(upstreams.metrics.registry).decode())
+        if f.type == "gauge"
+        for s in f.samples
+        if s.labels.get("endpoint") == leaving.name
+    }
+    assert gauges == set()  # counters stay, as counters must
 
 
 async def test_resolution_failure_keeps_the_last_known_list(pods, gateway, caplog):
