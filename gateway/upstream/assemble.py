@@ -73,6 +73,8 @@ def assemble(chunks: Sequence[Mapping[str, Any]], api: Api) -> dict[str, Any] | 
     first = chunks[0]
     texts: dict[int, list[str]] = {}
     reasoning: dict[int, list[str]] = {}
+    # vLLM before 0.10 named the chain of thought ``reasoning_content``: the message keeps the stream's name
+    reasoning_key = "reasoning"
     role: dict[int, str] = {}
     finish: dict[int, tuple[Any, Any]] = {}
     usage: Mapping[str, Any] | None = None
@@ -88,7 +90,9 @@ def assemble(chunks: Sequence[Mapping[str, Any]], api: Api) -> dict[str, Any] | 
                     role[i] = delta["role"]
                 if delta.get("content"):
                     parts.append(delta["content"])
-                r = delta.get("reasoning") or delta.get("reasoning_content")
+                r = delta.get("reasoning")
+                if r is None and (r := delta.get("reasoning_content")) is not None:
+                    reasoning_key = "reasoning_content"
                 if r:
                     reasoning.setdefault(i, []).append(r)
             elif c.get("text"):
@@ -113,7 +117,7 @@ def assemble(chunks: Sequence[Mapping[str, Any]], api: Api) -> dict[str, Any] | 
                 "annotations": None,
                 "audio": None,
                 "function_call": None,
-                "reasoning": "".join(reasoning[i]) if i in reasoning else None,
+                reasoning_key: "".join(reasoning[i]) if i in reasoning else None,
             }
             choices.append(
                 {

@@ -64,3 +64,23 @@ def test_what_is_not_assembled():
 
 def test_empty_stream():
     assert assemble([], "chat") is None
+
+
+@pytest.mark.parametrize("key", ["reasoning", "reasoning_content"])
+def test_the_chain_of_thought_keeps_the_name_the_stream_gave_it(key):
+    """vLLM 0.32 streams and answers ``reasoning``; before 0.10 it was ``reasoning_content``, which a
+    client of such a server reads from the message."""
+    chunks = [
+        {
+            "id": "c",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"role": "assistant", key: "th"}}],
+        },
+        {"choices": [{"index": 0, "delta": {key: "ink"}}]},
+        {"choices": [{"index": 0, "delta": {"content": "42"}, "finish_reason": "stop"}]},
+    ]
+    message = assemble(chunks, "chat")["choices"][0]["message"]
+    assert message[key] == "think" and message["content"] == "42"
+    (other,) = {"reasoning", "reasoning_content"} - {key}
+    assert other not in message
