@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -52,7 +52,7 @@ class RequestRecord:
     trace_id: str | None = None  # of the caller's traceparent, which went upstream with the request
     decision: Decision | None = None
     served_pool: PoolName | None = None  # the pool whose endpoint answered
-    endpoint: str | None = None  # the endpoint that served the start
+    endpoint: str | None = None  # the endpoint that served the start, else the last one tried
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float = 0.0
@@ -203,6 +203,7 @@ class Observer:
         resumption: Resumption | None = None,
         measurement: str | None = None,
         trace_id: str | None = None,
+        tried: Sequence[Endpoint] = (),
     ) -> RequestRecord:
         """The record of a request that ``started`` (``perf_counter``) and just finished with ``status``."""
         e2e = perf_counter() - started
@@ -222,6 +223,8 @@ class Observer:
         )
         if sent is not None:
             rec.endpoint = resumption.broken[0].name if resumed_on and resumption else sent.endpoint.name
+        elif tried:  # none answered (a time-out, a 5xx everywhere) or the client left first: the last try
+            rec.endpoint = tried[-1].name
         if meter is not None:
             rec.completion_tokens, rec.chunks = meter.completion_tokens, meter.chunks
             rec.prompt_tokens = meter.prompt_tokens

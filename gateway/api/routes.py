@@ -9,7 +9,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from time import perf_counter
 from typing import Any, TypeVar
@@ -103,6 +103,8 @@ class Exchange:
     decision: Decision | None = None
     measurement: str | None = None  # how a speculative request's acceptance is measured (access log)
     deadline: float = float("inf")  # when the upstream's answer must be over, on the loop's clock
+    # the endpoints it was sent to, in order: the access log names the last one when none answered
+    tried: list[Endpoint] = field(default_factory=list)
 
     def headers(self, pool: str | None) -> dict[str, str]:
         if self.decision is None:
@@ -140,11 +142,12 @@ async def _handle(request: Request, api: Api) -> Response:
                 decision.pool,
                 allow_failover=not decision.baseline_only,
                 first_byte_s=gw.total_s,
+                tried=ex.tried,
             )
             sent, content = await _unless_disconnected(request, fetched)
             gw.observer.forwarded(decision, sent.pool)
             return _complete(ex, sent, content)
-        tried: list[Endpoint] = []
+        tried = ex.tried
         # a non-streamed request streamed upstream to be measured waits for its first byte as long as
         # when its bytes pass as they came (above): how it is measured never decides whether it times out
         first_byte_s = gw.total_s if out.meter.collect is not None else None
@@ -617,6 +620,7 @@ def _finish(
         resumption=resumption,
         measurement=ex.measurement,
         trace_id=ex.trace_id,
+        tried=ex.tried,
     )
     observer.observe(record)
     measured = ex.measurement in ("stream", "uncertain", "interval") and record.resumed_on is None

@@ -450,6 +450,7 @@ class Upstreams:
         first_byte_s: float | None = None,
         method: str = "POST",
         idempotent: bool = True,
+        tried: list[Endpoint] | None = None,
     ) -> tuple[Sent, bytes]:
         """A whole non-streamed response: sent again elsewhere if its body breaks on the way.
 
@@ -458,8 +459,9 @@ class Upstreams:
         failed connect; the resends come out of the same ``retries.attempts``. All the tries and the
         reading of the answer end within ``timeouts.total_s`` (one hung endpoint after another, or a
         body that comes a byte at a time, would otherwise hold the request for as long as they last).
+        ``tried``, when given, is filled with the endpoints it was sent to, as in :meth:`send`.
         """
-        tried: list[Endpoint] = []
+        tried = [] if tried is None else tried
         error: UpstreamError | None = None
         loop = asyncio.get_running_loop()
         total_s = self._total_s

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from starlette.requests import Request
 
 from gateway.api.errors import APIError
@@ -162,6 +163,33 @@ class Busy:
             headers.append((b"retry-after", self.retry_after))
         await send({"type": "http.response.start", "status": 429, "headers": headers})
         await send({"type": "http.response.body", "body": self.body})
+
+
+def test_the_access_log_names_the_last_endpoint_tried_when_none_answered(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A request no endpoint answered (busy everywhere, a time-out, a 5xx from every try) is logged with
+    the endpoint of its last try, not ``null``: where an operator looks first."""
+    with InProcess() as stack:
+        for upstream in stack.upstreams:
+            upstream.app = Busy(upstream.app, RATE_LIMITED, None)  # type: ignore[assignment]
+        capsys.readouterr()
+        for i, stream in enumerate((False, True)):
+            body = {**CHAT, "stream": stream}
+            assert (
+                stack.request(
+                    "POST", "/v1/chat/completions", json=body, headers={"x-request-id": f"t-{i}"}
+                ).status_code
+                == 429
+            )
+        stack.flush_access_log()
+        lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+        names = {
+            ep.name for pool in stack.app.state.gateway.upstreams.pools.values() for ep in pool.endpoints
+        }
+        logged = {line["request_id"]: line for line in lines}
+        for rid in ("t-0", "t-1"):
+            assert logged[rid]["status"] == 429 and logged[rid]["endpoint"] in names, logged[rid]
 
 
 # vLLM's ErrorResponse, as it writes it (a key order and spacing the gateway would not write)
