@@ -28,6 +28,7 @@ models cannot be merged into one) rather than whichever wrote last. Every worker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -45,6 +46,9 @@ from gateway.routing.adaptive import AdaptivePolicy, PolicyState
 from gateway.routing.features import SCHEME, SLOTS
 
 log = logging.getLogger("specroute.routing")
+
+#: seconds after which a save's temporary file is taken for one whose writer died
+ABANDONED_S = 60.0
 
 
 class Deployment(BaseModel):
@@ -123,6 +127,7 @@ class LearnedState:
 
     def load(self) -> bool:
         """Take up the file's learning; False (with a warning, unless there is no file yet) if not."""
+        self._sweep()
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -151,6 +156,17 @@ class LearnedState:
         )
         log.info("routing.state_file %s: %s", self.path, self.restored)
         return True
+
+    def _sweep(self) -> None:
+        """Remove the temporary files of saves that never finished (a process killed while it wrote:
+        each is named by its writer's pid, so nothing would reuse or remove it, and a crash-looping
+        pod would pile them up on its volume). A save takes milliseconds: one older than
+        :data:`ABANDONED_S` is no live sibling's."""
+        now = time.time()
+        for tmp in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                if now - tmp.stat().st_mtime > ABANDONED_S:
+                    tmp.unlink()
 
     def _refuse(self, why: str) -> bool:
         self.restored = f"not taken up: {why}; starting from the prior"

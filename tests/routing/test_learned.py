@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -301,3 +302,19 @@ def test_the_save_at_shutdown_waits_for_a_periodic_one_still_writing(tmp_path: P
     thread.join(10)
     saved = json.loads(path.read_text())
     assert saved["policy"]["mean_tokens"] == keeper.policy.mean_tokens != 1.0
+
+
+def test_a_save_cut_by_a_kill_leaves_no_temporary_file_for_good(tmp_path: Path) -> None:
+    """Named by its writer's pid, nothing would reuse it: the next start removes those abandoned a
+    while ago, and leaves a sibling worker's write under way alone."""
+    path = tmp_path / "learned.json"
+    abandoned, writing = tmp_path / ".learned.json.4242.tmp", tmp_path / ".learned.json.4343.tmp"
+    for tmp in (abandoned, writing):
+        tmp.write_bytes(b'{"format": 1, "sav')
+    old = time.time() - 3600
+    os.utime(abandoned, (old, old))
+    other = tmp_path / ".other.json.4242.tmp"  # another file's: not this one's to remove
+    other.write_bytes(b"")
+    os.utime(other, (old, old))
+    assert not _keeper(_policy(), path).load()  # no file yet
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".learned.json.4343.tmp", ".other.json.4242.tmp"]
