@@ -322,7 +322,13 @@ class CorsConfig(_Strict):
 
 
 class LimitsConfig(_Strict):
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="larger request bodies get a 413")
+    # vLLM itself sets no limit: images and audio come inline, base64 in the JSON (a 4 MB photo is a
+    # 5.6 MB body), so the default leaves room for several; a body is read whole before it is forwarded
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        gt=0,
+        description="larger request bodies get a 413 (images and audio come inline, base64-encoded)",
+    )
     max_response_bytes: int = Field(
         default=256 * 1024 * 1024,
         ge=1024,
