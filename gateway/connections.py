@@ -28,6 +28,16 @@ runs) adds both rules:
   so that it is counted and logged like any answer, and serves ``/health`` there: a liveness probe
   must not fail because the gateway is busy). Connections already open are not disturbed.
 
+When the server drains (SIGTERM, SIGINT, SIGHUP: a rollout, a reload replacing the workers) uvicorn
+closed every idle keep-alive connection at once. A client that was sending its next request on one at
+that moment wrote it into a closed socket: a reset (``ECONNRESET``, "Can not write request body",
+"Server disconnected"), and a POST is not sent again. Here a drain (:meth:`GuardedHttpProtocol.shutdown`)
+closes no connection under a request that may be on its way: the next request on an idle connection is
+answered in full, with ``Connection: close``, and the connection closes after it, as one in flight does;
+one that stays idle for :data:`DRAIN_IDLE_S` (at most half the grace period) is half-closed (the client
+reads its end, no reset) and closed when the client closes or :data:`REFUSE_DRAIN_S` later, so an idle
+connection does not hold the drain until the end of ``server.shutdown_grace_s``.
+
 The keep-alive time-out is one timer per idle period rather than one per response: uvicorn arms a
 timer when a response ends and cancels it at the next request's first byte, a timer armed and
 cancelled per request. Here the response's end notes the time and arms a timer only when none is
@@ -110,6 +120,11 @@ MAX_PIPELINED = 64
 #: does not destroy the answer before the client reads it
 REFUSE_DRAIN_S = 1.0
 
+#: how long a connection idle while the server drains stays open for a request already on its way: a
+#: client that uses the connection gets its answer (with ``Connection: close``) well within it; one idle
+#: this long is likely idle in its pool, and closing it then is the ordinary keep-alive race
+DRAIN_IDLE_S = 2.0
+
 
 async def drain_and_answer(
     receive: Receive, send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]]
@@ -161,9 +176,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._head_bound = 0
         self._measure = False  # whether a head completed in the current read could be over the limit
         self._idle_since: float | None = None  # when the last response ended, while no byte came since
-        self._drain_timer: asyncio.TimerHandle | None = None  # a body read after its request's answer
+        self._drain_timer: asyncio.TimerHandle | None = None  # a body read after its answer; half-closed
         self._dropped = False  # pipelined too far ahead: closed, nothing more of it parsed is served
         self._refusing = False  # opened beyond server.max_connections (see connection_made)
+        self._draining = False  # the server drains: every request from now on closes its connection
+        self._half_closed = False  # drained while idle: our end is closed, whatever comes is dropped
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -186,6 +203,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._half_closed:
+            return  # read and dropped (not left unread, which would make the final close a reset)
         size = len(data)
         limit = self.limits.max_header_bytes
         begun, in_message = self._begun, self._in_message
@@ -281,7 +300,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.server_state.default_headers,
             asyncio.Event(),
             self.expect_100_continue,
-            http_version != "1.0" and parser.should_keep_alive() and not self._refusing,
+            http_version != "1.0" and parser.should_keep_alive() and not (self._refusing or self._draining),
             self.on_response_complete,
         )
         if self._refusing:
@@ -324,13 +343,62 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         else:
             self._went_idle()
 
+    def shutdown(self) -> None:
+        """The server drains: uvicorn's closed an idle connection at once, under a request the client may
+        be sending on it at that moment (which then met a closed socket, and was lost).
+
+        A request being answered, or the last one waiting behind it, is the connection's last: it closes
+        after that answer (``Connection: close``). A request arriving or yet to arrive is answered likewise
+        (see :meth:`on_headers_complete`). An idle connection is given :meth:`_idle_limit` for a request
+        on its way, then half-closed (:meth:`timeout_keep_alive_handler`).
+        """
+        self._draining = True
+        cycle = self.cycle
+        if self.pipeline:
+            self.pipeline[0][0].keep_alive = False  # the last in line (appended on the left)
+        elif cycle is not None and not cycle.response_complete:
+            cycle.keep_alive = False
+        elif not self.transport.is_closing():
+            if self.timeout_keep_alive_task is not None:  # armed for timeout_keep_alive
+                self.timeout_keep_alive_task.cancel()
+                self.timeout_keep_alive_task = None
+            if not self._in_message:  # idle: the period starts now (else when the request's body ends)
+                self._went_idle()
+
     def _went_idle(self) -> None:
         """Nothing to answer: the keep-alive period starts now."""
         self._idle_since = self.loop.time()
         if self.timeout_keep_alive_task is None:
             self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
+                self._idle_limit(), self.timeout_keep_alive_handler
             )
+
+    def _idle_limit(self) -> float:
+        """How long the connection may stay idle: ``timeout_keep_alive``, or while the server drains
+        :data:`DRAIN_IDLE_S`, at most half the grace period (an idle connection must not hold it)."""
+        if not self._draining:
+            return float(self.timeout_keep_alive)
+        grace = self.config.timeout_graceful_shutdown
+        return DRAIN_IDLE_S if grace is None else min(DRAIN_IDLE_S, grace / 2)
+
+    def _close_idle(self) -> None:
+        """Close an idle connection; while the server drains, half-close it.
+
+        A request the client sends as the connection closes finds, after a full close, a socket that
+        answers with a reset. After a half-close (our end only, ``shutdown(SHUT_WR)``) it is read and
+        dropped, and the client sees the connection end cleanly; the client's own close then closes
+        ours (``eof_received``), or :data:`REFUSE_DRAIN_S` later at the latest. Over TLS, which cannot
+        half-close, it closes.
+        """
+        transport = self.transport
+        if not self._draining or not transport.can_write_eof():
+            transport.close()
+            return
+        self._half_closed = True
+        self._cancel_head_timer()
+        transport.write_eof()
+        self._cancel_drain_timer()
+        self._drain_timer = self.loop.call_later(REFUSE_DRAIN_S, transport.close)
 
     def _drain_timed_out(self) -> None:
         """The body of a request answered early is still coming: close (see :meth:`on_response_complete`)."""
@@ -349,16 +417,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._idle_since = None
 
     def timeout_keep_alive_handler(self) -> None:
-        """Close the connection if it has been idle for ``timeout_keep_alive`` since its last response."""
+        """Close the connection if it has been idle for :meth:`_idle_limit` since its last response (or
+        since the server began to drain)."""
         self.timeout_keep_alive_task = None
         idle = self._idle_since
         if idle is None:  # busy: the end of its response arms the timer again
             return
-        left = idle + self.timeout_keep_alive - self.loop.time()
+        left = idle + self._idle_limit() - self.loop.time()
         if left > 0.001:  # it was busy meanwhile: the rest of the period from its last response
             self.timeout_keep_alive_task = self.loop.call_later(left, self.timeout_keep_alive_handler)
-        elif not self.transport.is_closing():
-            self.transport.close()
+        elif not self.transport.is_closing() and not self._half_closed:
+            self._close_idle()
 
     def on_message_complete(self) -> None:
         self._in_message = False

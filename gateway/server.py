@@ -305,9 +305,11 @@ class Supervisor(Multiprocess):
 class DrainingServer(uvicorn.Server):
     """Marks the gateway draining on SIGTERM/SIGINT/SIGHUP, so ``/ready`` says 503 to anyone still asking.
 
-    uvicorn does the rest of a graceful shutdown: it closes the listening socket, closes idle
-    keep-alive connections, lets in-flight requests and streams finish (``Connection: close``) for up
-    to ``timeout_graceful_shutdown`` seconds, then cancels what is left and runs the lifespan shutdown.
+    uvicorn does the rest of a graceful shutdown: it closes the listening socket, tells each connection
+    to drain (:meth:`~gateway.connections.GuardedHttpProtocol.shutdown`: an idle keep-alive one answers
+    a request already on its way, with ``Connection: close``, and ends after a quiet period), lets
+    in-flight requests and streams finish (``Connection: close``) for up to
+    ``timeout_graceful_shutdown`` seconds, then cancels what is left and runs the lifespan shutdown.
 
     uvicorn catches SIGINT and SIGTERM only; SIGHUP's default action ended the process at once, cutting
     every stream (a closed terminal, or a service manager's "reload"). It now drains the same way; a

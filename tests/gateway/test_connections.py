@@ -44,6 +44,15 @@ PATIENCE_S = 20.0
 def serving(upstream: str = NOWHERE, extra: dict[str, Any] | None = None, **server: float) -> Iterator[int]:
     """The gateway as ``specroute serve`` runs it (same protocol and options), in a thread; ``extra``:
     more of its configuration."""
+    with serving_server(upstream, extra, **server) as (port, _, _):
+        yield port
+
+
+@contextmanager
+def serving_server(
+    upstream: str = NOWHERE, extra: dict[str, Any] | None = None, **server: float
+) -> Iterator[tuple[int, DrainingServer, threading.Thread]]:
+    """:func:`serving`, with the server (to tell it to drain) and the thread it runs in (to see it end)."""
     port = free_port()
     config = demo_config([upstream], [upstream], port, extra={**(extra or {}), "server": server})
     settings = load_settings(overrides=config)
@@ -58,7 +67,7 @@ def serving(upstream: str = NOWHERE, extra: dict[str, Any] | None = None, **serv
         while not uv.started and thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.02)  # uvicorn offers no start-up event to wait on
         assert uv.started
-        yield port
+        yield port, uv, thread
     finally:
         uv.should_exit = True
         thread.join(PATIENCE_S)
@@ -304,6 +313,47 @@ def test_a_connection_answered_before_its_body_arrived_is_closed_not_held_by_a_d
             sock.sendall(HEALTH)
             assert _response(sock)[0].startswith(b"HTTP/1.1 200")
         sock.close()
+
+
+def _refused(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+def test_a_drain_answers_a_request_on_an_idle_connection_and_ends_the_silent_ones() -> None:
+    """A drain (SIGTERM, a SIGHUP replacing the workers) closed idle keep-alive connections at once: a
+    client sending its next request on one at that moment met a closed socket (a reset, "Server
+    disconnected") and lost a request it could not safely send again. Now the request is answered, with
+    ``Connection: close``, and the connection ends after it; a connection that sends nothing is ended
+    (without a reset, though its client keeps it open) and does not hold the drain for the grace period."""
+    with serving_server(shutdown_grace_s=3600) as (port, uv, thread):
+        idle = _connect(port)
+        idle.sendall(HEALTH)
+        head, _ = _response(idle)
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" not in head.lower()
+        silent = _connect(port)  # opened and never used, as a pool's spare connection
+
+        uv.should_exit = True
+        # uvicorn closes the listener in the same turn as it tells the connections to drain
+        deadline = time.monotonic() + PATIENCE_S
+        while not _refused(port) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _refused(port)
+
+        idle.sendall(HEALTH)  # the next request of a client that knows nothing of the drain
+        head, body = _response(idle)
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" in head.lower(), head
+        assert orjson.loads(body)
+        assert _read_until_closed(idle) == b""  # closed after the answer, cleanly
+        idle.close()
+
+        assert _read_until_closed(silent) == b""  # ended by the server: an end, not a reset
+        thread.join(PATIENCE_S)  # with the silent connection still open on this side
+        assert not thread.is_alive(), "an idle connection held the drain"
+        silent.close()
 
 
 def test_limits_default_to_safe_values() -> None:
