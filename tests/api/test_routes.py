@@ -481,3 +481,16 @@ def test_what_routing_learned_is_taken_up_by_the_next_start(tmp_path: Path) -> N
         assert state["worker"] == {"pid": os.getpid(), "workers": 1}
     with InProcess({"logging": {"access_log": False}}) as stack:
         assert stack.request("GET", "/admin/routing").json()["learned_state"] is None
+
+
+def test_a_photo_sent_inline_fits_the_default_body_limit() -> None:
+    """vLLM sets no body limit, and images come inline, base64-encoded: a 4 MB photo is a 5.6 MB body."""
+    photo = "data:image/jpeg;base64," + "A" * (4 * 1024 * 1024 * 4 // 3)
+    content = [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": photo}},
+    ]
+    body = {**CHAT, "messages": [{"role": "user", "content": content}]}
+    with InProcess() as stack:
+        r = stack.request("POST", "/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text[:300]
