@@ -65,9 +65,10 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-# Tests that assert on measured speed (emulated TPOT, delays): kept out of the default run, run by CI.
+# Tests that assert on measured speed (emulated TPOT, delays) and those that drive sustained load (the fault
+# mix, reloads under traffic): kept out of the default run, run by CI.
 test-timing: $(STAMP)
-	$(BIN)/pytest -m timing
+	$(BIN)/pytest -m "timing or load"
 
 test-vllm: $(STAMP)
 	bash tests/integration/real_vllm/run.sh

@@ -25,7 +25,7 @@ VALID: dict[str, dict[str, Any]] = {
     "completions": {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4},
 }
 FUZZ = settings(
-    max_examples=500,
+    max_examples=300,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -173,7 +173,7 @@ FIELDS = st.sampled_from(
 )
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ, max_examples=120)
 @given(
     path=st.sampled_from(sorted(VALID)),
     extra=st.dictionaries(FIELDS | st.text(max_size=8), json_values, max_size=4),

@@ -146,7 +146,7 @@ structured = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ, max_examples=120)
 @given(path=st.sampled_from(["/v1/chat/completions", "/v1/responses"]), extra=structured)
 def test_structured_output_requests_of_any_schema(
     echoing: InProcess, path: str, extra: dict[str, Any]
@@ -155,7 +155,7 @@ def test_structured_output_requests_of_any_schema(
     check(echoing.request("POST", path, content=orjson.dumps(body), headers=AUTH))
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ, max_examples=120)
 @given(
     extra=st.dictionaries(
         st.sampled_from(

@@ -23,7 +23,7 @@ json_values = st.recursive(
 field_names = st.sampled_from(sorted({*FIELDS["chat"], *FIELDS["completions"], "content", "role", "text"}))
 
 
-@settings(max_examples=500, deadline=None, database=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(body=st.dictionaries(field_names | st.text(max_size=10), json_values, max_size=8))
 def test_any_body_gives_a_prediction(body: dict[str, Any]) -> None:
     prediction = CLASSIFIER.predict(body)
@@ -36,7 +36,7 @@ message = st.dictionaries(
 )
 
 
-@settings(max_examples=500, deadline=None, database=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(messages=st.lists(message | json_values, max_size=6), prompt=json_values)
 def test_any_messages_or_prompt_give_a_prediction(messages: list[Any], prompt: Any) -> None:
     for body in (

@@ -167,6 +167,7 @@ def _metrics(url: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.load  # 2,000 requests through a fault mix: `make test-timing`
 async def test_no_client_sees_a_failure_before_its_first_byte_when_every_endpoint_breaks_5_percent(
     gateway, faulty
 ):

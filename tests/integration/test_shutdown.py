@@ -362,6 +362,7 @@ async def _keep_posting(
                 failed.append(repr(e))
 
 
+@pytest.mark.load  # thousands of requests across a reload: `make test-timing`
 async def test_keep_alive_clients_lose_no_request_while_sighup_replaces_the_workers(workdir):
     """8 clients posting over keep-alive connections while the supervisor's SIGHUP replaces both
     workers: every request is answered (3-6 of ~1,900 were reset as the old workers drained)."""
