@@ -30,8 +30,8 @@ from gateway.api.request import request_id, trace_id
 from gateway.api.responses import responses
 from gateway.api.state import Gateway
 from gateway.config import PoolName, Settings
-from gateway.connections import refuse
-from gateway.observability import Metrics
+from gateway.connections import GuardedHttpProtocol, refuse
+from gateway.observability import GaugeChild, Metrics
 from gateway.observe import Observer
 from gateway.routing.adaptive import AdaptivePolicy
 from gateway.routing.learned import LearnedState, check_path, deployment
@@ -136,6 +136,7 @@ def freeze_heap() -> None:
 
 def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     metrics = Metrics()
+    GuardedHttpProtocol.open_gauge = GaugeChild(metrics.open_connections)
     pools = build_pools(settings)
     keys = UpstreamKeys(settings, pools)  # read now: a missing key stops start-up, not a request
     tls = upstream_context(settings.upstream_tls)  # the same for the CA and client certificate files

@@ -82,6 +82,7 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 
 from gateway.api.errors import error_body
+from gateway.observability import GaugeChild
 from gateway.types import CLIENT_SCOPE_KEY, REFUSED_SCOPE_KEY, ClientState
 
 
@@ -164,9 +165,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     """
 
     limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+    #: counts the open connections (``specroute_open_connections``): set by the app once its metrics exist
+    open_gauge: ClassVar[GaugeChild | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._counted: GaugeChild | None = None  # the gauge this connection was counted in
         self._head_timer: asyncio.TimerHandle | None = None
         self._in_head = False
         self._in_message = False  # between a request's first byte and its body's end
@@ -184,12 +188,18 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        counted = self._counted = self.open_gauge
+        if counted is not None:
+            counted.inc()
         self._held = HeadWithBody(transport, self.loop)  # every response's writes, one after another
         # beyond the cap: every request is answered 503 but /health (a liveness probe), then it closes
         self._refusing = len(self.connections) > self.limits.max_connections
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._counted is not None:
+            self._counted.inc(-1)
+            self._counted = None
         self._cancel_head_timer()
         self._cancel_drain_timer()
         if self.timeout_keep_alive_task is not None:

@@ -382,6 +382,13 @@ class Metrics:
             buckets=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 2.5, 3, 4),
             registry=r,
         )
+        self.open_connections = Gauge(
+            "specroute_open_connections",
+            "Client connections open to the gateway, idle ones included (server.max_connections bounds"
+            " them per worker; beyond it requests are refused with a 503). Several workers: the sum.",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
         self.access_log_dropped = Counter(
             "specroute_access_log_dropped_lines",
             "Access-log lines dropped because stdout was not read and the queue before it (50,000 lines)"

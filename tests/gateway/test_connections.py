@@ -276,6 +276,32 @@ def test_connections_beyond_the_cap_are_refused_while_open_ones_keep_working() -
         assert head.startswith(b"HTTP/1.1 200")
 
 
+def test_the_open_connections_are_counted_for_operators() -> None:
+    """What ``server.max_connections`` bounds, in ``/metrics``: a gateway near its cap shows before it
+    refuses (idle keep-alive connections count)."""
+
+    def open_now(sock: socket.socket) -> float:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        text = _response(sock)[1]
+        (line,) = [x for x in text.splitlines() if x.startswith(b"specroute_open_connections ")]
+        return float(line.split()[1])
+
+    with serving(keep_alive_s=60, header_timeout_s=60) as port:
+        asking = _connect(port)
+        assert open_now(asking) == 1.0
+        held = [_connect(port) for _ in range(4)]
+        for sock in held:  # accepted once they have been answered
+            sock.sendall(HEALTH)
+            assert _response(sock)[0].startswith(b"HTTP/1.1 200")
+        assert open_now(asking) == 5.0
+        for sock in held:
+            sock.close()
+        deadline = time.monotonic() + PATIENCE_S  # a close is seen asynchronously: poll
+        while open_now(asking) != 1.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert open_now(asking) == 1.0
+
+
 def _read_head(sock: socket.socket) -> tuple[bytes, bytes, bytes]:
     data = b""
     while b"\r\n\r\n" not in data:

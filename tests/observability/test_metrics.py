@@ -21,7 +21,7 @@ BOUNDED_LABELS = {"route", "pool", "class", "status", "strategy", "reason", "end
 #: ``_up``, ``_ejected`` and ``_outlier`` are 0/1 states; ``_info`` is always 1 and says it in its labels
 UNITS = ("_seconds", "_ratio", "_requests", "_tokens", "_decisions", "_errors", "_retries", "_failovers",
          "_resumptions", "_lines", "_up", "_estimate", "_ejections", "_ejected", "_outlier",
-         "_info", "_endpoints")  # fmt: skip
+         "_info", "_endpoints", "_connections")  # fmt: skip
 
 
 def _collectors(metrics: Metrics) -> list[object]:
