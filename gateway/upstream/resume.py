@@ -22,10 +22,7 @@ is not repeated, and token counts in ``usage`` are summed (the prompt is the cli
 * ``max_tokens`` / ``max_completion_tokens`` / ``min_tokens`` shrink by the tokens already sent;
   ``stop`` and every other option go along unchanged.
 
-Greedy decoding (temperature 0) resumes to exactly the text an unbroken run gives, with one caveat:
-while a stop string longer than one character may be forming, vLLM holds back the text that could
-start it (those tokens are generated and counted, not sent), so the text sent can end inside a
-token, and the text continued from is then not quite the unbroken run's context. Sampled output
+Greedy decoding (temperature 0) resumes to exactly the text an unbroken run gives. Sampled output
 resumes to a valid continuation of what was sent, drawn afresh; a ``seed`` does not make it
 reproducible. Frequency and presence penalties, which count only the answer's own tokens, restart
 with the continuation.
@@ -33,7 +30,9 @@ with the continuation.
 Not resumed (the stream ends with an error event, as before): several choices (``n``, ``best_of``,
 several prompts), ``logprobs`` (the alternatives of the sent tokens cannot be re-sent), ``echo``,
 ``suffix``, guided decoding and JSON / structured ``response_format`` (the grammar would restart
-inside the prefix), a required or named ``tool_choice``, a stream that has sent tool-call or
+inside the prefix), a stop string of two or more characters (the upstream holds back the text that
+could start one, so the text sent ends inside a token: see :func:`_holds_back`), a required or
+named ``tool_choice``, a stream that has sent tool-call or
 reasoning deltas (they cannot be put back into the context as the model produced them) or a
 finish reason, and a prompt of token ids whose stream carries no ids to extend it.
 """
@@ -78,12 +77,30 @@ def refusal(payload: dict[str, Any], chat: bool) -> str | None:
         prompt = payload.get("prompt")
         if not (isinstance(prompt, str) or _one_text(prompt) or _ids(prompt)):
             return "several prompts"
+    if _holds_back(payload.get("stop")):
+        return "a stop string of two or more characters"
     fmt = payload.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
         return "structured response_format"
     if any(payload.get(k) is not None for k in _GUIDED):
         return "guided decoding"
     return None
+
+
+def _holds_back(stop: Any) -> bool:
+    """Whether the upstream holds back streamed text for ``stop``: one of two or more characters.
+
+    vLLM keeps the last ``len - 1`` characters of the text back on every chunk, in case a stop string
+    is forming (the tokens are generated and counted, their text not sent), so the text a client has
+    ends inside a token more often than not: continued from there the answer differs, and
+    ``max_tokens`` would shrink by tokens whose text is regenerated. Such a stream ends with the
+    error event rather than with an answer that reads whole and is not the model's.
+    """
+    if isinstance(stop, str):
+        return len(stop) > 1
+    if isinstance(stop, list):
+        return any(isinstance(s, str) and len(s) > 1 for s in stop[:64])
+    return False
 
 
 def _one_text(prompt: Any) -> bool:

@@ -141,12 +141,20 @@ def test_chat_broken_before_any_text_is_sent_again_as_it_was() -> None:
         (True, {"response_format": {"type": "json_object"}}),
         (False, {"guided_json": {"type": "object"}}),
         (True, {"structured_outputs": {"regex": "a+"}}),
+        # the upstream holds back text that could start one: the text sent ends inside a token
+        (False, {"stop": "ent"}),
+        (True, {"stop": [".", "\n\n"]}),
     ],
 )
 def test_requests_that_cannot_be_continued_exactly_are_refused(chat: bool, extra: dict[str, Any]) -> None:
     base: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "hi"}
     assert refusal(base, chat) is None
     assert refusal({**base, **extra}, chat) is not None
+
+
+def test_one_character_stop_strings_hold_nothing_back_and_are_resumed() -> None:
+    assert refusal({"prompt": "hi", "stop": ["\n", "."]}, chat=False) is None
+    assert refusal({"prompt": "hi", "stop": "x"}, chat=False) is None
 
 
 @pytest.mark.parametrize(
