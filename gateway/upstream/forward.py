@@ -687,6 +687,9 @@ class Upstreams:
                 resumed = None
                 if resume is not None and deadline > loop.time():
                     resumed = await self._resume(sent, resume, deadline - loop.time())
+                else:  # refused before it began (logprobs, several choices, ...), or out of time
+                    outcome = "refused" if resume is None else "failed"
+                    self.metrics.stream_resumptions.labels(sent.pool, outcome).inc()
                 if resumed is None:  # the API edge ends the client's stream with an error event
                     raise (UpstreamTimeout if failed == 504 else UpstreamBroken)(message)
                 assert resume is not None

@@ -144,6 +144,7 @@ class StreamMeter:
     transcript: Transcript | None = None  # what the client got, when the stream may be resumed
     strip_token_ids: bool = False  # the gateway asked for token ids the client did not
     done: bool = False
+    usage_out: bool = False  # the usage chunk the client asked for (``include_usage``) has gone out
     _sse: EventBuffer = field(default_factory=EventBuffer)
     _held: bytes | None = None
 
@@ -169,10 +170,11 @@ class StreamMeter:
 
     def answered(self) -> bool:
         """Whether a stream that broke had already given the client its whole answer: its one choice
-        finished (the transcript of a resumable stream says so), and the client did not ask for the
-        usage chunk that was still to come; what is lost is only what the gateway asked for itself."""
+        finished (the transcript of a resumable stream says so), and the usage chunk the client asked
+        for, if it did, has gone out too; what is lost is only what the gateway asked for itself, or
+        ``[DONE]``, which the gateway then writes."""
         t = self.transcript
-        return not self.keep_usage_chunk and t is not None and t.blocked == "finished"
+        return (self.usage_out or not self.keep_usage_chunk) and t is not None and t.blocked == "finished"
 
     def unfinished(self) -> int:
         """How many bytes of an unfinished event the meter holds (until more bytes end it)."""
@@ -234,6 +236,8 @@ class StreamMeter:
             self.chunks += 1
             if self.first_token_at is None and usage is None and has_output(choices):
                 self.first_token_at = now
+        elif usage is not None and self.keep_usage_chunk:
+            self.usage_out = True  # the stream's last chunk but [DONE], for the client as it came
         elif usage is not None and not self.keep_usage_chunk:
             # Without usage, vLLM puts the final chunk's extra members (system_fingerprint) on the
             # last chunk with a finish_reason, which was held back for this; the per-request

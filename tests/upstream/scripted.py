@@ -52,6 +52,7 @@ Answer = Literal[
     "busy_for_7s",
     "slow_ok",
     "cut_after_finish",
+    "cut_after_usage",
     "reset_until_close",
     "not_json",
     "cut_json",
@@ -227,6 +228,11 @@ class Scripted:
                 events = events[:1]
             elif answer == "cut_after_finish":  # the last token's chunk (finish_reason) came; no [DONE]
                 events = events[:2]
+            elif answer == "cut_after_usage":  # include_usage's chunk came too; no [DONE]
+                usage = {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2}
+                final = {"id": "cmpl-0123456789abcdef", "object": "text_completion", "created": 1,
+                         "model": "m", "choices": [], "usage": usage}  # fmt: skip
+                events = [*events[:2], b"data: " + orjson.dumps(final) + b"\n\n"]
             elif answer in ("error_event", "error_first"):  # vLLM's error event in a stream, then [DONE]
                 error = b'{"error":{"message":"CUDA error at /srv/engine/worker.py:42","code":500}}'
                 before = [] if answer == "error_first" else [events[0]]  # first: before any token
@@ -234,7 +240,7 @@ class Scripted:
             for event in events:
                 writer.write(b"%x\r\n%s\r\n" % (len(event), event))
                 await writer.drain()
-            if answer not in ("cut_stream", "cut_after_done", "cut_after_finish"):  # early_end: no [DONE]
+            if answer not in ("cut_stream", "cut_after_done", "cut_after_finish", "cut_after_usage"):
                 writer.write(b"0\r\n\r\n")
 
 

@@ -440,6 +440,28 @@ async def test_a_stream_cut_after_its_last_token_gives_the_client_its_whole_answ
             assert r.json()["choices"][0]["text"] == "Hello there"
 
 
+async def test_a_stream_cut_after_the_usage_it_asked_for_ends_whole_with_done():
+    """With ``include_usage`` the client's last chunk but ``[DONE]`` is the usage: a break after it lost
+    nothing of the answer, and the client gets ``[DONE]``, not an error its SDK raises."""
+    async with _setup(["cut_after_usage", "ok"]) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True,
+                "stream_options": {"include_usage": True}}  # fmt: skip
+        r = await http.post("/v1/completions", json=body)
+        events = [e for e in r.content.split(b"\n\n") if e]
+        assert r.status_code == 200 and events[-1] == b"data: [DONE]", events
+        assert not any(b'"error"' in e for e in events) and len(script.log) == 1
+        assert orjson.loads(events[-2][len(b"data: ") :])["usage"]["completion_tokens"] == 2
+
+
+async def test_a_break_in_a_stream_that_could_not_be_resumed_is_counted_refused():
+    """A stream refused resumption up front (logprobs) that breaks: counted, as every break is."""
+    async with _setup(["cut_stream", "ok"]) as (_, script, url), httpx.AsyncClient(base_url=url) as http:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True, "logprobs": 1}
+        r = await http.post("/v1/completions", json=body)
+        assert r.status_code == 200 and b'"error"' in r.content and len(script.log) == 1
+        assert await _metric(url, "specroute_stream_resumptions_total", outcome="refused") == 1
+
+
 @pytest.mark.parametrize("broken", ["reset_until_close", "not_json", "cut_json"])
 async def test_a_success_that_is_not_whole_json_is_sent_again_then_reported(broken):
     """A body delimited by the connection's end and reset midway, a proxy's page, half a body at the
