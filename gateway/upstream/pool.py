@@ -1,9 +1,10 @@
 """Endpoints and pools: who is healthy, who is busy, and whom to try next.
 
-Balancing is least-outstanding-requests weighted by the endpoint's weight, counting what the engine
-held at its last scrape when that is more, and endpoints with a free seat first. Health has two inputs:
-active checks (``healthy``) and passive ejection after consecutive failures, with exponential
-back-off, so a crashing endpoint is skipped before the next health check notices.
+Balancing is least-outstanding-requests weighted by the endpoint's weight, counting too the requests
+its engine held at the last scrape that were not the gateway's own, and endpoints with a free seat
+first. Health has two inputs: active checks (``healthy``) and passive ejection after consecutive
+failures, with exponential back-off, so a crashing endpoint is skipped before the next health check
+notices.
 
 Ejection follows the outlier-detection rules that keep it from causing an outage itself:
 
@@ -52,10 +53,11 @@ class Endpoint:
     # its server had requests waiting in its own queue at its last scrape (vLLM's num_requests_waiting):
     # a first byte that does not come in time is then its queue's wait, overload rather than a fault
     queueing: bool = False
-    # requests in its engine (running + waiting) at its last scrape, other clients' and workers' with the
-    # gateway's own (0 while unknown), and its seats (max_num_seqs, learned from its queues; None while
-    # unknown): the picker prefers an endpoint with a free seat to one where a request would wait
-    engine: float = 0.0
+    # requests in its engine (running + waiting) at its last scrape beyond the gateway's own in flight
+    # then: other clients', other workers' (0 while unknown); and its seats (max_num_seqs, learned from
+    # its queues; None while unknown): the picker prefers an endpoint with a free seat to one where a
+    # request would wait
+    others: float = 0.0
     seats: int | None = None
     # its engine holds requests running and takes no step (see gateway.upstream.scrape): its health
     # checks fail while this lasts, whatever its /health says
@@ -149,11 +151,13 @@ class Pool:
         """The available endpoint with the fewest requests per unit of (effective) weight, among those
         with a free seat when any has one.
 
-        An endpoint's requests are the more of the gateway's own in flight (always fresh) and what its
-        engine held at the last scrape (sees other clients and other workers). One whose requests fill
-        its seats (``max_num_seqs``, as learned from its queues) goes after every endpoint with a free
-        seat: a request sent there waits for a seat while a peer would start it at once (a small
-        replica beside large ones would otherwise take as many requests as they do and queue them).
+        An endpoint's requests are the gateway's own in flight (always fresh) and those of others (other
+        clients, other workers) its engine held beyond them at the last scrape. Only the others' are
+        taken from the scrape: a sole gateway balancing on a count as old as the scrape interval would
+        send every request to the endpoint that looked lighter then, and swing at each scrape. One whose
+        requests fill its seats (``max_num_seqs``, as learned from its queues) goes after every endpoint
+        with a free seat: a request sent there waits for a seat while a peer would start it at once (a
+        small replica beside large ones would otherwise take as many requests as they do and queue them).
         Ties rotate, so an idle pool still spreads requests over its endpoints. With ``panic`` every
         endpoint not draining is a candidate, whether ejected or failing its health checks. A demoted
         endpoint is picked only when no other is available, or on a probe (one pick in
@@ -171,7 +175,7 @@ class Pool:
             ep = self.endpoints[(start + i) % n]
             if ep in skip or ep.draining or not (panic or ep.available(now)):
                 continue
-            load = ep.outstanding if ep.outstanding >= ep.engine else ep.engine
+            load = ep.outstanding + ep.others
             score = (load + 1) / ep.effective_weight(now)
             if ep.seats is not None and load >= ep.seats:
                 score += FULL

@@ -333,7 +333,8 @@ class EndpointScrape:
         self.failures = 0
         self.error = None
         in_engine = (reading.running or 0.0) + (reading.waiting or 0.0)
-        self.endpoint.engine, self.endpoint.seats = in_engine, self.capacity
+        ep = self.endpoint
+        ep.others, ep.seats = max(0.0, in_engine - ep.outstanding), self.capacity
         # requests waiting behind a batch that has all its seats taken wait for one to free: a line at
         # the first scrape that sees it (the two-scrape rule is for a batch with free seats, where a
         # request waits only for the engine's next step)
@@ -491,7 +492,7 @@ class Scraper:
             reading = parse(resp.text, time.monotonic())
         except (httpx.HTTPError, ValueError) as e:
             ep.queueing = False  # unknown: its time-outs count as faults again
-            ep.engine = 0.0  # unknown: the picker goes by the gateway's own requests alone
+            ep.others = 0.0  # unknown: the picker goes by the gateway's own requests alone
             if ep.stalled:  # unknown too: its health checks decide alone
                 ep.stalled = False
                 state.still_since = None

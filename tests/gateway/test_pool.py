@@ -6,6 +6,7 @@ import time
 
 from gateway.config import HealthConfig
 from gateway.upstream.pool import Endpoint, Pool
+from gateway.upstream.scrape import EndpointScrape, Reading
 
 
 def _pool(*weights: float) -> Pool:
@@ -31,24 +32,40 @@ def test_ties_rotate_and_weights_count():
     assert heavy.pick() is heavy.endpoints[1]
 
 
-def test_the_engines_own_count_and_its_seats_count():
-    """Other clients' and workers' requests, seen at the last scrape, count when they are more than the
-    gateway's own; an endpoint whose seats are all taken comes after every one with a free seat, however
-    much larger the other's load (a small replica beside large ones)."""
+def test_other_clients_requests_and_the_seats_count():
+    """Requests the engine held beyond the gateway's own at the last scrape (other clients', other
+    workers') count; an endpoint whose seats are all taken comes after every one with a free seat,
+    however much larger the other's load (a small replica beside large ones)."""
     pool = _pool(1, 1, 1)
     big0, big1, small = pool.endpoints
-    big0.outstanding, big0.engine = 1, 9.0  # other clients fill it
-    big1.outstanding, big1.engine = 3, 2.0
+    big0.outstanding, big0.others = 1, 8.0  # other clients fill it
+    big1.outstanding = 3
+    small.outstanding = 2
     assert pool.pick() is small
-    small.outstanding, small.seats = 2, 2  # full: two of two seats taken
+    small.seats = 2  # full: two of two seats taken
     big1.seats = big0.seats = 16
     assert pool.pick() is big1  # 3 of 16 seats, ahead of 9 and of a full one
-    big0.engine = big1.engine = 16.0
-    big0.outstanding = big1.outstanding = 16
+    big0.others, big0.outstanding, big1.outstanding = 5.0, 10, 16
+    assert pool.pick() is big0  # 16 of 16 on big1: the one with a seat (15 of 16), however loaded
+    big0.outstanding = 11
     assert pool.pick() is small  # every one full: the fewest requests again
-    big0.engine, big0.seats = 0.0, None  # its scrapes failed: the gateway's own count alone
+    big0.others, big0.seats = 0.0, None  # its scrapes failed: the gateway's own count alone
     big0.outstanding = 1
     assert pool.pick() is big0
+
+
+def test_a_sole_gateway_balances_on_its_own_fresh_counts_not_on_a_scrape():
+    """The engine's count at a scrape holds the gateway's own requests of then: only what is beyond them
+    is others'. Counting the whole of it, an endpoint that held more at the scrape would be passed over
+    for the whole interval after, however many of those requests had finished."""
+    pool = _pool(1, 1)
+    a, b = pool.endpoints
+    a.outstanding, b.outstanding = 12, 8
+    for ep in (a, b):  # the scrape saw the gateway's own requests, and one other client's on B
+        EndpointScrape(ep).update(Reading(1.0, running=ep.outstanding + (ep is b)), None)
+    assert (a.others, b.others) == (0.0, 1.0)
+    a.outstanding = 5  # seven of A's finished since
+    assert pool.pick() is a
 
 
 def test_exclude_unhealthy_and_ejected():

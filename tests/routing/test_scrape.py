@@ -259,9 +259,9 @@ def test_a_failed_scrape_leaves_no_queue_said():
         raise httpx.ConnectError("refused")
 
     scraper, (s0, _) = _scraper(handler)
-    s0.queueing, s0.engine = True, 12.0
+    s0.queueing, s0.others = True, 12.0
     asyncio.run(scraper.scrape_once())
-    assert not s0.queueing and s0.engine == 0.0  # the picker goes by the gateway's own count
+    assert not s0.queueing and s0.others == 0.0  # the picker goes by the gateway's own count
 
 
 def test_an_engine_that_holds_requests_and_takes_no_step_is_taken_out_until_it_steps_again(caplog):
@@ -472,7 +472,7 @@ def test_a_restarted_server_is_learned_afresh():
     assert state.capacity is None and not state.queued  # one scrape of the new process: not yet a line
     state.update(Reading(4.0, running=2, waiting=3, steps=30.0, step_seconds=0.3), None)
     assert state.queued and state.capacity == 2
-    assert (state.endpoint.engine, state.endpoint.seats) == (5.0, 2)  # what the picker reads
+    assert (state.endpoint.others, state.endpoint.seats) == (5.0, 2)  # what the picker reads
 
 
 def test_an_endpoint_discovery_removes_during_a_round_leaves_no_gauges(vllm_fixture):
