@@ -194,6 +194,11 @@ def restarted(prev: Reading | None, cur: Reading) -> bool:
     return any(p is not None and c is not None and c < p for p, c in pairs)
 
 
+def _step_count(reading: Reading) -> float | None:
+    """The engine's step count on a page: its iterations, else the inter-token histogram's count."""
+    return reading.iterations if reading.iterations is not None else reading.steps
+
+
 def interval(prev: Reading | None, cur: Reading, k: int | None = None) -> Interval | None:
     """Acceptance over ``prev`` → ``cur``; ``None`` without counters or without new drafts."""
     if cur.drafts is None or cur.draft_tokens is None or cur.accepted is None:
@@ -282,9 +287,18 @@ class EndpointScrape:
         """
         return self.in_line
 
-    def stalled(self, reading: Reading) -> float | None:
-        """How long the engine has held requests running without taking a step, as of ``reading``
-        (None while it steps or is idle, or when its page has no step count). Call before :meth:`update`."""
+    def stalled(self, reading: Reading, hold_s: float = 0.0) -> float | None:
+        """How long the engine has held requests without taking a step, as of ``reading`` (None while it
+        steps or is idle, or when its page has no step count). Call before :meth:`update`.
+
+        Held: running by its page, or waiting on it for their first byte by the gateway's own count. An
+        engine that hung right after requests came in never reported them running (its API server's
+        gauge stays where the engine's last report left it: 0), yet a request that has not had its
+        first token is one that a working engine takes steps for. Once judged hung (and those requests
+        sent elsewhere) it counts as held until its step count moves or ``hold_s`` have passed since it
+        stopped stepping: an engine that came back with nothing to do takes no step either, and only
+        requests sent to it again can tell.
+        """
         before = self.reading
         count = reading.iterations if reading.iterations is not None else reading.steps
         last = (
@@ -292,7 +306,14 @@ class EndpointScrape:
             if before is None
             else (before.iterations if reading.iterations is not None else before.steps)
         )
-        if not reading.running or count is None or last is None or count != last:
+        ep = self.endpoint
+        since = self.still_since
+        held = (
+            reading.running
+            or ep.awaiting
+            or (ep.stalled and since is not None and reading.at - since < hold_s)
+        )
+        if not held or count is None or last is None or count != last:
             self.still_since = None
             return None
         if self.still_since is None:
@@ -537,15 +558,19 @@ class Scraper:
         :attr:`stall_s` takes the endpoint out (its health checks fail while it lasts) and sends the
         requests waiting on it for a first byte elsewhere.
         """
-        still = state.stalled(reading)
+        # judged hung, it stays out for one more stall_s with nothing left on it (its page cannot tell a
+        # hung engine from one that came back idle), then its next requests tell
+        before = state.reading
+        stepped = before is None or _step_count(reading) != _step_count(before)
+        still = state.stalled(reading, 2 * self.stall_s if self.stall_s is not None else 0.0)
         hung = self.stall_s is not None and still is not None and still >= self.stall_s
         if hung and not ep.stalled:
             ep.stalled = True
             moved = ep.unanswering()
             ep.healthy = False
             log.warning(
-                "endpoint %s/%s is unhealthy: its engine took no step for %.0f s with %d request(s) running;"
-                " %d request(s) waiting for its answer sent elsewhere",
+                "endpoint %s/%s is unhealthy: its engine took no step for %.0f s with %d request(s) running"
+                " by its page; %d request(s) waiting for its answer sent elsewhere",
                 ep.pool,
                 ep.name,
                 still,
@@ -554,7 +579,15 @@ class Scraper:
             )
         elif not hung and ep.stalled:
             ep.stalled = False  # its next health check brings it back
-            log.warning("endpoint %s/%s: its engine steps again", ep.pool, ep.name)
+            if stepped:
+                log.warning("endpoint %s/%s: its engine steps again", ep.pool, ep.name)
+            else:
+                log.warning(
+                    "endpoint %s/%s: still no step, but nothing waits on it any more: back in rotation,"
+                    " for its next requests to tell whether its engine runs",
+                    ep.pool,
+                    ep.name,
+                )
 
     def export(self) -> None:
         """Refresh the scrape gauges (also called when ``/metrics`` is rendered, for the age)."""

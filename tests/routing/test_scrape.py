@@ -319,9 +319,69 @@ def test_an_engine_that_holds_requests_and_takes_no_step_is_taken_out_until_it_s
     said = [
         r.getMessage() for r in caplog.records if r.name == "specroute.scrape" and "/s0" in r.getMessage()
     ]
-    assert said[0].startswith("endpoint speculative/s0 is unhealthy: its engine took no step for 0 s with 4")
+    assert said[0].startswith("endpoint speculative/s0 is unhealthy: its engine took no step for 0 s with 4 ")
     assert said[0].endswith("1 request(s) waiting for its answer sent elsewhere")
     assert said[1:] == ["endpoint speculative/s0: its engine steps again"]
+
+
+def test_an_engine_that_hung_before_reporting_its_new_requests_is_found_by_those_waiting_on_it(caplog):
+    """vLLM's API server reports what the engine last told it: an engine stopped right after requests
+    came in still says 0 running, and its step count stands still while the gateway's requests wait.
+    Judged hung, it stays out while its count stands still, for one more stall_s with nothing left on
+    it (an engine that came back idle takes no step either: then its next requests tell)."""
+    from gateway.upstream.deadline import Deadlines
+
+    scraper, (s0, _) = _scraper(lambda request: httpx.Response(503))
+    scraper.stall_s = 10.0
+    state = scraper.of(s0)
+
+    def scrape(at: float, steps: float) -> None:  # what a scrape round does with the page read at ``at``
+        reading = Reading(at, running=0, waiting=0, steps=steps, step_seconds=steps / 100)
+        scraper._judge_stall(s0, state, reading)
+        state.update(reading, None)
+
+    async def waiting() -> None:  # a request waiting for its first byte, as forwarding waits
+        wait = Deadlines(60).wait()
+        s0.awaiting.add(wait)
+        with wait:
+            await asyncio.sleep(30)
+
+    async def go() -> None:
+        for at in (0.0, 20.0, 40.0):  # idle, nothing waiting on it: nothing hangs
+            scrape(at, 100.0)
+        assert not s0.stalled
+        task = asyncio.create_task(waiting())
+        await asyncio.sleep(0)
+        scrape(45.0, 100.0)
+        assert not s0.stalled  # 5 s without a step
+        scrape(52.0, 100.0)
+        assert s0.stalled and not s0.healthy and not s0.awaiting  # 12 s: out, the request moved
+        with pytest.raises(TimeoutError):
+            await task
+        scrape(57.0, 100.0)
+        assert s0.stalled  # nothing waits on it any more, but it took no step: still out
+        scrape(58.0, 101.0)
+        assert not s0.stalled  # it steps again: its next health check brings it back
+        task = asyncio.create_task(waiting())
+        await asyncio.sleep(0)
+        scrape(70.0, 101.0)
+        assert s0.stalled  # hung again (12 s): the request moved
+        with pytest.raises(TimeoutError):
+            await task
+        scrape(75.0, 101.0)
+        assert s0.stalled
+        scrape(80.0, 101.0)
+        assert not s0.stalled  # 22 s without a step and nothing on it: back, for the next requests to tell
+
+    with caplog.at_level("WARNING", logger="specroute.scrape"):
+        asyncio.run(go())
+    said = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.name == "specroute.scrape"]
+    assert [m.split(";")[0].split(",")[0] for m in said] == [
+        "its engine took no step for 12 s with 0 request(s) running by its page",
+        "its engine steps again",
+        "its engine took no step for 12 s with 0 request(s) running by its page",
+        "still no step",
+    ]
 
 
 def test_without_a_stall_limit_or_a_step_count_no_engine_is_judged():
