@@ -252,6 +252,7 @@ class EndpointScrape:
     told_drafting: bool = False  # the log said this baseline endpoint runs a draft model
     # since when its engine has held requests running without taking a step (None: it steps, or is idle)
     still_since: float | None = None
+    in_line: bool = False  # a queue: requests waited at two scrapes in a row (see ``queued``)
 
     @property
     def k(self) -> int | None:
@@ -272,9 +273,6 @@ class EndpointScrape:
         scrapes stopped, and must reach the alert on that gauge rather than have no series at all.
         """
         return now - (self.watched_at if self.last_at is None else self.last_at)
-
-    # a queue: requests waited at two scrapes in a row (see ``queued``)
-    in_line: bool = False
 
     @property
     def queued(self) -> bool:
