@@ -298,7 +298,7 @@ class EndpointScrape:
         requests sent to it again can tell.
         """
         before = self.reading
-        count = reading.iterations if reading.iterations is not None else reading.steps
+        count = _step_count(reading)
         last = (
             None
             if before is None
