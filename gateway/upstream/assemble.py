@@ -10,7 +10,7 @@ What cannot be rebuilt exactly passes through untouched (:func:`can_assemble` sa
 ``best_of`` > 1, ``logprobs`` / ``top_logprobs`` / ``prompt_logprobs``, ``echo``,
 ``return_token_ids``, tools and function calls, prompts given as arrays (several choices or token
 ids), a ``stream_options`` member (vLLM rejects it without ``stream``; the upstream should say so),
-and ``kv_transfer_params``.
+``kv_transfer_params``, and ``use_beam_search`` (vLLM refuses to stream a beam search).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ _NOT_ASSEMBLED = (
     "function_call",
     "stream_options",
     "kv_transfer_params",
+    "use_beam_search",
 )
 
 
@@ -112,7 +113,8 @@ def assemble(chunks: Sequence[Mapping[str, Any]], api: Api) -> dict[str, Any] | 
         if api == "chat":
             message = {
                 "role": role.get(i, "assistant"),
-                "content": text,
+                # a reasoning parser's answer that is all thinking has no content (null, not "")
+                "content": None if not text and i in reasoning else text,
                 "refusal": None,
                 "annotations": None,
                 "audio": None,

@@ -58,6 +58,9 @@ def test_what_is_not_assembled():
     for zero in ({"logprobs": 0}, {"prompt_logprobs": 0}, {"top_logprobs": 0}):
         assert not can_assemble({"prompt": "x", **zero}, "completions")
     assert can_assemble({"prompt": "x", "echo": False, "logprobs": None}, "completions")
+    # vLLM refuses a streamed beam search ("Streaming is not currently supported with beam search")
+    assert not can_assemble({"prompt": "x", "use_beam_search": True, "n": 1}, "completions")
+    assert can_assemble({"prompt": "x", "use_beam_search": False}, "completions")
     body = orjson.loads(stream_body({"prompt": "x", "stream": False}))
     assert body["stream"] is True and body["stream_options"]["continuous_usage_stats"] is True
 
@@ -84,3 +87,17 @@ def test_the_chain_of_thought_keeps_the_name_the_stream_gave_it(key):
     assert message[key] == "think" and message["content"] == "42"
     (other,) = {"reasoning", "reasoning_content"} - {key}
     assert other not in message
+
+
+def test_an_answer_that_is_all_thinking_has_no_content():
+    """vLLM's reasoning parser gives no content (``null``) when the output never left the chain of thought
+    (cut by ``max_tokens``); an answer without thinking keeps its text, even an empty one."""
+    thinking = [
+        {"id": "c", "created": 1, "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+        {"choices": [{"index": 0, "delta": {"reasoning": "Let me think"}, "finish_reason": "length"}]},
+    ]
+    message = assemble(thinking, "chat")["choices"][0]["message"]
+    assert message["content"] is None and message["reasoning"] == "Let me think"
+    plain = [{**thinking[0]}, {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}]
+    message = assemble(plain, "chat")["choices"][0]["message"]
+    assert message["content"] == "" and message["reasoning"] is None
