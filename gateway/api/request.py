@@ -82,12 +82,32 @@ def request_id(request: Request) -> str:
     if known is not None:  # once per request: its handler, an error handler, a shutdown's cut agree
         return known
     value = header(request, b"x-request-id")
-    if value and len(value) <= MAX_REQUEST_ID and value.isascii() and value.isprintable():
-        rid = value
-    else:
-        rid = new_request_id()
+    rid = value if value is not None and plausible_id(value) else new_request_id()
     scope[REQUEST_ID_KEY] = rid
     return rid
+
+
+def plausible_id(value: str) -> bool:
+    """Whether a client's request id is kept: printable ASCII of at most :data:`MAX_REQUEST_ID` characters."""
+    return 0 < len(value) <= MAX_REQUEST_ID and value.isascii() and value.isprintable()
+
+
+def body_request_id(request: Request, payload: dict[str, Any]) -> str | None:
+    """The body's ``request_id`` (a vLLM extension), adopted as the request's id when the client sent no
+    ``x-request-id`` it keeps.
+
+    vLLM names a request by its ``X-Request-Id`` header, else by the body's ``request_id``; the gateway
+    sends its id upstream in that header, so without this a body's id would never name the request (its
+    response ``id``, vLLM's log lines) as it does without the gateway. None when the id stays as it was.
+    """
+    value = payload.get("request_id")
+    if not isinstance(value, str) or not plausible_id(value):
+        return None
+    sent = header(request, b"x-request-id")
+    if sent is not None and plausible_id(sent):
+        return None
+    request.scope[REQUEST_ID_KEY] = value
+    return value
 
 
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")

@@ -30,6 +30,7 @@ from gateway.api.errors import (
     sse_error_event,
 )
 from gateway.api.request import (
+    body_request_id,
     check_key,
     check_model,
     forced_pool,
@@ -125,6 +126,8 @@ async def _handle(request: Request, api: Api) -> Response:
     try:
         raw, payload = await _validate(request, ex)
         ex.payload = payload
+        if "request_id" in payload and (rid := body_request_id(request, payload)) is not None:
+            ex.request_id = rid
         forced = forced_pool(request, gw.allow_pool_override)
         decision = ex.decision = gw.policy.decide(RouteRequest(payload, api, forced))
         gw.observer.decided(decision, gw.policy.strategy)

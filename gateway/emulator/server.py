@@ -197,10 +197,10 @@ class EmulatorApp:
 
     # -- generation --------------------------------------------------------------------------
     async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._generate(False, receive, send)
+        await self._generate(False, receive, send, named=_request_id(scope))
 
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._generate(True, receive, send)
+        await self._generate(True, receive, send, named=_request_id(scope))
 
     async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._generate(True, receive, send, responses=True)
@@ -273,7 +273,11 @@ class EmulatorApp:
             req.include_stop,
         )
 
-    async def _generate(self, chat: bool, receive: Receive, send: Send, responses: bool = False) -> None:
+    async def _generate(
+        self, chat: bool, receive: Receive, send: Send, responses: bool = False, named: str | None = None
+    ) -> None:
+        """``named``: the request's ``X-Request-Id``, which names it as vLLM does (else the body's
+        ``request_id``, else a random id)."""
         cfg = self.cfg
         try:
             data = parse_json(await _read_body(receive))
@@ -305,7 +309,10 @@ class EmulatorApp:
             rid, item = (f"{p}_{self.id_rng.getrandbits(128):032x}" for p in ("resp", "msg"))
             responder = ResponsesResponder(req, rid, item, int(time.time()), data)
         else:
-            rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.id_rng.getrandbits(64):016x}"
+            if named is None:
+                given = data.get("request_id")
+                named = given if isinstance(given, str) else f"{self.id_rng.getrandbits(64):016x}"
+            rid = f"{'chatcmpl' if chat else 'cmpl'}-{named}"
             metrics_on = cfg.per_request_spec_decode_metrics == "summary" and cfg.speculative
             responder = Responder(
                 req, rid, int(time.time()), self.fingerprint, cfg.num_speculative_tokens, metrics_on
@@ -477,3 +484,11 @@ def run(cfg: EmulatorConfig, host: str, port: int) -> None:
         timeout_graceful_shutdown=2,
         **kwargs,
     )
+
+
+def _request_id(scope: Scope) -> str | None:
+    """The request's ``X-Request-Id`` header, as vLLM reads it (``_base_request_id``)."""
+    for key, value in scope["headers"]:
+        if key == b"x-request-id":
+            return value.decode("latin-1")  # type: ignore[no-any-return]
+    return None

@@ -175,6 +175,34 @@ def test_the_callers_trace_context_reaches_the_engine_and_nothing_is_made_up(cap
     ]
 
 
+def test_a_body_request_id_names_the_request_unless_a_header_does() -> None:
+    """vLLM names a request by its ``X-Request-Id`` header, else by the body's ``request_id`` (the response's
+    ``id``, its log lines). The gateway sends an id upstream in that header; without the client's header it
+    is the body's, as vLLM alone would have used, and the client reads it back in ``x-request-id``."""
+    cases = [
+        ("/v1/completions", {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4}, "baseline", "cmpl-"),
+        ("/v1/completions", {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4}, "speculative", "cmpl-"),
+        ("/v1/chat/completions", {**CHAT, "stream": True}, "speculative", "chatcmpl-"),
+    ]
+    with InProcess() as stack:
+        for path, body, pool, prefix in cases:
+            for header, expected in ((None, "trace-42"), ("req-7", "req-7"), ("bad\tid", "trace-42")):
+                for upstream in stack.upstreams:
+                    upstream.heads.clear()
+                headers = {"x-specroute-pool": pool, **({"x-request-id": header} if header else {})}
+                r = stack.request("POST", path, json={**body, "request_id": "trace-42"}, headers=headers)
+                assert r.status_code == 200, (path, pool, r.text)
+                assert r.headers["x-request-id"] == expected, (path, pool, header)
+                heads = [h for upstream in stack.upstreams for p, h in upstream.heads if p == path]
+                assert [h[b"x-request-id"] for h in heads] == [expected.encode()], (path, pool, header)
+                if not body.get("stream"):
+                    assert r.json()["id"] == prefix + expected, (path, pool, header)
+        # an id that is no plausible id (a control character) is not adopted: a new one is made
+        body = {"model": MODEL, "prompt": "Say hi.", "max_tokens": 4, "request_id": "a\nb"}
+        r = stack.request("POST", "/v1/completions", json=body)
+        assert r.status_code == 200 and r.headers["x-request-id"] not in ("a\nb", "")
+
+
 def test_an_upstream_key_from_the_environment_goes_to_every_upstream_call(monkeypatch) -> None:
     monkeypatch.setenv("SPECROUTE_TEST_UPSTREAM_KEY", "upstream-secret")
     overrides = {
