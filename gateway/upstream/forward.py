@@ -387,6 +387,9 @@ class Upstreams:
                     )
             except _ClosedEarly:
                 kind, error = "protocol", UpstreamBroken("the upstream's answer was empty")
+            except _DroppedAgain:  # before _UNREACHABLE: the endpoint took the connection and dropped it
+                kind = "dropped_connection"
+                error = UpstreamBroken("the upstream closed the connection before answering")
             except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
                 if response is None:
                     kind = "connect"
@@ -561,9 +564,11 @@ class Upstreams:
 
         A pooled keep-alive connection that the server closes just as a request goes out on it (vLLM
         and uvicorn drop idle ones after 5 s) fails this way through no fault of the endpoint, so the
-        second try, on another connection, does not count against it. aiohttp retries such failures
-        itself only for idempotent methods; a completion is as safe to resend, and a second failure
-        is handled as usual. A refused connection is not retried here: the endpoint is not there.
+        second try, on a new connection, does not count against it: not on another idle one, which the
+        same server (a reload, a balancer clearing idle connections) may have closed at the same moment.
+        aiohttp retries such failures itself only for idempotent methods; a completion is as safe to
+        resend, and a second failure is handled as usual. A refused connection is not retried here: the
+        endpoint is not there.
         """
 
         target = self._target(endpoint)
@@ -572,9 +577,12 @@ class Upstreams:
             sent = {k: v for k, v in headers.items() if k.lower() != "authorization"}
             sent["authorization"] = target.authorization
 
-        def post() -> Awaitable[Response]:
+        def post(fresh: bool = False) -> Awaitable[Response]:
             if target is not None:
-                return self.wire.request(method, target.host, target.port, target.prefix + path, sent, body)
+                url = target.prefix + path
+                return self.wire.request(method, target.host, target.port, url, sent, body, fresh=fresh)
+            # aiohttp's pool has no per-request choice of connection: an https endpoint's retry takes
+            # whichever it gives (it drops the idle connections whose close it has already read)
             return self._aiohttp(method, endpoint.base_url + path, body, headers)
 
         try:
@@ -583,7 +591,12 @@ class Upstreams:
             if isinstance(e, aiohttp.ClientConnectorError):
                 raise
             self.metrics.upstream_errors.labels(endpoint.pool, endpoint.name, "dropped_connection").inc()
-            return await post()
+            try:
+                return await post(fresh=True)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as again:
+                if isinstance(again, aiohttp.ClientConnectorError):
+                    raise
+                raise _DroppedAgain(str(again)) from again
 
     async def _aiohttp(self, method: str, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
         # decoded here, unlike the session's other calls (httpx decodes those itself): the gateway relays
@@ -835,6 +848,11 @@ class _ClosedEarly(aiohttp.ClientConnectionError):
 # connection found dead, or closed mid-headers. Safe to retry; when every attempt ends so, the gateway
 # says 503. After the head they mean the endpoint answered and broke off: a protocol failure, a 502.
 _UNREACHABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+
+
+class _DroppedAgain(aiohttp.ClientError):
+    """A request's connection dropped before any answer, and so did the new one it was resent on: the
+    endpoint accepts connections and closes them (a failing server, not a stale keep-alive connection)."""
 
 
 # Upstream statuses that mean "busy, try elsewhere" rather than "broken".

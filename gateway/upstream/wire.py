@@ -396,14 +396,17 @@ class WirePool:
         target: str,
         headers: Mapping[str, str],
         body: bytes,
+        fresh: bool = False,
     ) -> WireResponse:
         """Send one request and wait for its response's head; the body follows through the response.
 
         ``target`` is the request target (path and query); ``headers`` must not carry ``host``,
-        ``content-length`` or ``transfer-encoding``, which this client writes itself.
+        ``content-length`` or ``transfer-encoding``, which this client writes itself. ``fresh`` sends it
+        on a new connection, not an idle one (a request resent after its pooled connection dropped: the
+        others idle beside it may have been closed by the same server at the same moment).
         """
         head = _request_head(method, host, port, target, headers, body, self.user_agent)
-        conn = self._take(host, port)
+        conn = None if fresh else self._take(host, port)
         if conn is None:
             conn = await self._connect(host, port)
         response = WireResponse(conn, conn.loop.create_future())

@@ -14,7 +14,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import pytest
 
 from gateway.config import load_settings
-from gateway.errors import Unreachable
+from gateway.errors import UpstreamBroken
 from gateway.upstream.forward import Upstreams
 from tests.upstream.scripted import read_request
 from tests.upstream.wiring import upstreams_for
@@ -127,14 +127,31 @@ async def test_a_keepalive_connection_closed_under_a_request_is_retried_at_no_co
 
 
 async def test_an_endpoint_that_drops_every_request_is_tried_twice_then_reported(dropper):
+    """It took both connections and closed them unanswered: a broken upstream (502), not one that could not
+    be reached, and counted against it."""
     upstreams, upstream = dropper
     endpoint = upstreams.pools["baseline"].endpoints[0]
-    with pytest.raises(Unreachable):
+    with pytest.raises(UpstreamBroken, match="closed the connection before answering"):
         await _complete(upstreams)
     assert (upstream.connections, upstream.requests) == (2, 2)
-    assert _errors(upstreams, "dropped_connection") == 1
-    assert _errors(upstreams, "connect") == 1
+    assert _errors(upstreams, "dropped_connection") == 2
+    assert _errors(upstreams, "connect") == 0
     assert endpoint.consecutive_failures == 1
+
+
+async def test_a_request_whose_pooled_connection_dropped_is_resent_on_a_new_one(keepalive_closer):
+    """A server that closes its idle connections together (a reload, a balancer clearing them) closes
+    every pooled one as requests go out on them: the request resent after the first drop must not take
+    the next dead one, or it fails and the endpoint is blamed while it serves."""
+    upstreams, upstream = keepalive_closer
+    endpoint = upstreams.pools["baseline"].endpoints[0]
+    # three requests at once: three connections, each answered once and pooled
+    assert await asyncio.gather(*(_complete(upstreams) for _ in range(3))) == [ANSWER] * 3
+    assert upstream.connections == 3
+    assert await _complete(upstreams) == ANSWER  # a pooled one drops, a new one answers
+    assert (upstream.connections, upstream.requests) == (4, 5)
+    assert _errors(upstreams, "dropped_connection") == 1
+    assert endpoint.consecutive_failures == 0
 
 
 async def test_a_body_already_here_is_read_without_a_timer_and_one_still_coming_is_timed(
