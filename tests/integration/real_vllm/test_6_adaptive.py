@@ -11,6 +11,7 @@ CPU no draft is both cheap and agreeing.
 from __future__ import annotations
 
 import importlib.util
+import statistics
 from collections.abc import Callable
 
 import httpx
@@ -74,9 +75,8 @@ def test_adaptive_leaves_a_useless_draft_and_weighs_an_agreeing_one_by_its_cost(
     assert tried.accepted_tokens / tried.draft_tokens < 0.1
 
     # The target's own weights as the draft: every proposal is accepted, but a speculative step is k draft
-    # passes and one verification, as dear as k + 1 target steps, for the k + 1 tokens it yields. At best a
-    # tie with baseline: the gateway must learn the acceptance back and the draft's cost, and predict no
-    # gain it cannot make (with the draft's cost held at half a target step it promised 5 / 3 = 1.67x).
+    # passes and one verification for the k + 1 tokens it yields. The gateway must learn the acceptance
+    # back and the draft's cost, and predict the gain the servers deliver, no more.
     spec = fleet.restart("speculative", "draft-same")
     before = spec_counters(spec.url)
     predicted: list[float] = []
@@ -95,7 +95,15 @@ def test_adaptive_leaves_a_useless_draft_and_weighs_an_agreeing_one_by_its_cost(
     assert tried.accepted_tokens / tried.draft_tokens > 0.9
     learned = httpx.get(f"{adaptive_gateway}/admin/routing", timeout=10).json()
     assert max(k["alpha"] for k in learned["estimates"]["kinds"]) >= 0.9, report  # the acceptance is back
-    # a draft step costs most of a target step (0.69-1.0 of one measured here; the target's per-step
-    # overhead is not all paid again per draft step), more than the half the old bound allowed
-    assert learned["speedup_model"]["draft_cost_ratio"] > 0.5, report
-    assert max(predicted[-10:]) < 1.6, report  # the old bound's 5 / 3 = 1.67x is not promised
+    # What speculation gains here depends on this CPU, and too noisily to hold a prediction to it: vLLM's own
+    # time per output token put the speculative server at 0.58x to 2.09x the baseline's speed in runs a few
+    # minutes apart (a speculative step at 2.6 to 7.6 baseline steps). So the draft's cost must be the one
+    # the gateway's own step timings give, unbounded (holding it at half a target step, an old bound,
+    # promised 5 / 3 = 1.67x where a step cost six), and the predictions the speedup that cost gives.
+    model = learned["speedup_model"]
+    k, c = model["k"], model["draft_cost_ratio"]
+    from_steps = (model["speculative_step_ms"] / model["step_ms"] - 1) / k
+    assert c == pytest.approx(min(1.0, max(0.0, from_steps)), abs=0.01), report
+    at_full_acceptance = (k + 1) / (1 + k * c)
+    recent = statistics.median(predicted[-10:])
+    assert 0.8 * at_full_acceptance <= recent <= 1.02 * at_full_acceptance, report
