@@ -69,6 +69,20 @@ a gzip member, or zlib's own format (what ``deflate`` means in HTTP; 32 + lets z
 its header). A client's compressed request body is decoded before it is read; an upstream's compressed
 answer (sent although the gateway asks for ``identity``) before it is relayed."""
 
+
+def window_bits(wbits: int, start: bytes) -> int:
+    """zlib's window setting for a body coded as :data:`CONTENT_CODINGS` says and starting with ``start``.
+
+    Some servers send ``deflate`` as the raw deflate stream, without zlib's two-byte header (browsers and
+    other clients read it either way); a ``deflate`` body whose first two bytes are neither a zlib header
+    nor gzip's is read as that.
+    """
+    if wbits != CONTENT_CODINGS["deflate"] or len(start) < 2:
+        return wbits
+    zlib_header = start[0] & 0x0F == 8 and (start[0] << 8 | start[1]) % 31 == 0
+    return wbits if zlib_header or start[:2] == b"\x1f\x8b" else -zlib.MAX_WBITS
+
+
 PromptClass = Literal["structured", "open-ended"]
 """What the classifier says of a prompt: predictable output (speculation helps) or open-ended prose."""
 

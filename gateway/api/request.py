@@ -20,7 +20,15 @@ from starlette.requests import Request
 
 from gateway.api.errors import APIError
 from gateway.api.fields import check_ranges, check_types
-from gateway.types import CLIENT_SCOPE_KEY, CONTENT_CODINGS, POOL_NAMES, Api, ClientState, PoolName
+from gateway.types import (
+    CLIENT_SCOPE_KEY,
+    CONTENT_CODINGS,
+    POOL_NAMES,
+    Api,
+    ClientState,
+    PoolName,
+    window_bits,
+)
 
 REQUIRED: dict[Api, str] = {"completions": "prompt", "chat": "messages"}
 
@@ -248,7 +256,7 @@ def decoded(body: bytes, coding: str, limit: int) -> bytes:
                 f"Content-Encoding {name!r} is not supported; use one of: {known}",
                 param="content-encoding",
             )
-        decoder = zlib.decompressobj(wbits)
+        decoder = zlib.decompressobj(window_bits(wbits, body))
         try:
             out = decoder.decompress(body, limit + 1)
             if len(out) <= limit:

@@ -45,7 +45,7 @@ from typing import cast, overload
 import aiohttp
 import httptools
 
-from gateway.types import CONTENT_CODINGS
+from gateway.types import CONTENT_CODINGS, window_bits
 
 PAUSE_BYTES = 256 * 1024
 """A response that has this much unread stops the socket's reading until the reader catches up."""
@@ -186,7 +186,7 @@ class _Connection(asyncio.Protocol):
         if response is not None and not response.done:
             if response.wbits:
                 if response.decoder is None:
-                    response.decoder = zlib.decompressobj(response.wbits)
+                    response.decoder = zlib.decompressobj(window_bits(response.wbits, body))
                 # decoded only up to what may be held unread: a few kilobytes can decode to gigabytes
                 room = self.pool.max_unread - response.buffered + 1
                 try:

@@ -161,6 +161,7 @@ def _gzip(data: bytes) -> bytes:
         ("gzip", _gzip),
         ("x-gzip", _gzip),
         ("deflate", zlib.compress),
+        ("deflate", lambda b: zlib.compress(b, wbits=-zlib.MAX_WBITS)),  # raw, without zlib's header
         ("GZIP ", _gzip),
         ("identity", lambda b: b),
         ("gzip, deflate", lambda b: zlib.compress(_gzip(b))),
