@@ -669,6 +669,12 @@ class Upstreams:
                     piece = await silence.next(sent.chunks)
                     continue
                 except StopAsyncIteration:
+                    if meter is not None and not meter.done and meter.unfinished():
+                        # the body's last event came without the blank line that ends it ("data: [DONE]"
+                        # and the end of the body): whole for any client that reads to the end
+                        tail = meter.end()
+                        if tail:
+                            yield tail
                     if meter is None or meter.done or meter.error is not None:
                         break
                     # the body ended in good order but the stream did not ([DONE], a Responses stream's

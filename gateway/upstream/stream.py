@@ -180,6 +180,12 @@ class StreamMeter:
         """How many bytes of an unfinished event the meter holds (until more bytes end it)."""
         return self._sse.unfinished()
 
+    def end(self) -> bytes:
+        """At the body's end, its last event if it came without the blank line that ends an event
+        (``data: [DONE]`` and then nothing): completed, taken as any event, and returned to send on."""
+        rest = self._sse.rest()
+        return self.feed(rest.rstrip(b"\r\n") + b"\n\n") if rest.strip() else b""
+
     def discard_partial(self) -> None:
         """Forget the unfinished event of a stream that broke: the client never saw any of it."""
         self._sse.rest()

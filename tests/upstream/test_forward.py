@@ -16,6 +16,7 @@ import pytest
 from gateway.config import load_settings
 from gateway.errors import UpstreamBroken
 from gateway.upstream.forward import Upstreams
+from gateway.upstream.stream import StreamMeter
 from tests.upstream.scripted import read_request
 from tests.upstream.wiring import upstreams_for
 
@@ -244,3 +245,30 @@ async def test_a_stream_ends_at_its_requests_deadline_not_a_whole_total_time_aft
             async for piece in relay:  # a stream relayed unmetered stops where it is cut
                 pieces.append(piece)
         assert pieces == [b'data: {"a": 1}\n\n'] and failed == [504]
+
+
+@pytest.mark.parametrize("end", [b"data: [DONE]", b"data: [DONE]\n"])
+async def test_a_stream_whose_last_event_lacks_its_blank_line_is_whole(end: bytes):
+    """``data: [DONE]`` then the body's end, without the blank line that ends an event: every client that
+    reads to the end has the whole answer; not a broken stream, nor a failure of the endpoint's."""
+    event = b'data: {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]}\n\n'
+
+    async def unterminated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        body = event + end
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        writer.close()
+
+    async with _on(unterminated) as upstreams:
+        endpoint = upstreams.pools["baseline"].endpoints[0]
+        sent = await upstreams.send("/v1/completions", BODY, {}, "baseline", allow_failover=False)
+        failed: list[int | None] = []
+        meter = StreamMeter(0.0)
+        pieces = [p async for p in upstreams.relay(sent, meter, lambda s, f: failed.append(f))]
+        assert b"".join(pieces).endswith(b"data: [DONE]\n\n") and meter.done
+        assert failed == [None]
+        assert _errors(upstreams, "stream") == 0 and endpoint.consecutive_failures == 0
