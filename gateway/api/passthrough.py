@@ -10,6 +10,10 @@ reranking, classification and pooling routes outside ``/v1``, and ``GET /version
 when the body names one (JSON or a multipart form), a ``GET`` is sent again like any idempotent
 request, and a ``POST`` only when no endpoint took it. Metrics label these by a bounded route name
 (:func:`route_label`), never by the raw path.
+
+A stored Responses-API response's routes (``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel``,
+any other under the id) go first to the endpoint that made it, then to the others while they answer
+404: vLLM keeps it in that server's memory alone (:mod:`gateway.upstream.stored`).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ ROOT_PATHS: dict[str, str] = {
     "/version": "GET",
 }
 
+_STORED = "/v1/responses/"  # a stored response's routes: its id, then its sub-route if any
 _DOT_SEGMENTS = frozenset((".", ".."))
 _IDEMPOTENT = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS"))
 # a part's header lines are a few (Content-Disposition, Content-Type): bounded, so that each occurrence of
@@ -79,6 +84,13 @@ def route_label(path: str) -> Route:
     parts = path.lstrip("/").split("/", 2)
     head = parts[1] if parts[0] in ("v1", "v2") and len(parts) > 1 else parts[0]
     return _LABELS.get(head, "other")
+
+
+def stored_id(path: str) -> str | None:
+    """The response id of a stored response's route (``/v1/responses/{id}``, ``.../cancel``); else None."""
+    if not path.startswith(_STORED):
+        return None
+    return path[len(_STORED) :].split("/", 1)[0] or None
 
 
 async def embeddings(request: Request) -> Response:
@@ -163,6 +175,7 @@ async def passthrough(request: Request) -> Response:
             method=method,
             idempotent=method in _IDEMPOTENT,
             deadline=deadline,
+            stored=stored_id(path),
         )
         sent = await unless_disconnected(request, sending)
     except asyncio.CancelledError:  # as above

@@ -6,6 +6,11 @@ messages, ``text.format`` as ``response_format``, ``tools``, ``temperature`` and
 The request itself goes upstream unchanged. A stream (vLLM's named events) is relayed byte for byte
 and metered by :class:`~gateway.upstream.events.EventMeter` (TTFT at the first delta, the usage of
 the final event); a stream that breaks ends with an ``error`` event, as the Responses API reports one.
+
+vLLM keeps the responses it stores in the memory of the server that made it, so where each was made
+is noted (:mod:`gateway.upstream.stored`), and a request that continues one (``previous_response_id``)
+runs on that endpoint, whatever the classifier says: its pool is forced (reason ``affinity``), and
+an id this process never saw is looked for on every endpoint.
 """
 
 from __future__ import annotations
@@ -32,9 +37,12 @@ from gateway.api.errors import (
 from gateway.api.fields import whole
 from gateway.api.request import check_model, forced_pool, json_object, request_id, trace_id
 from gateway.api.routes import CUT_AT_SHUTDOWN, Relay, decision_headers, relayed_status, unless_disconnected
-from gateway.routing.policy import Decision, RouteRequest
+from gateway.routing.policy import AFFINITY, Decision, RouteRequest
+from gateway.types import PoolName
 from gateway.upstream.events import EventMeter
-from gateway.upstream.forward import Sent
+from gateway.upstream.forward import Sent, Upstreams
+from gateway.upstream.pool import Endpoint
+from gateway.upstream.stored import response_id
 
 PATH = "/v1/responses"
 
@@ -102,6 +110,26 @@ def chat_view(payload: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
+def _holder_pool(upstreams: Upstreams, previous: str | None) -> PoolName | None:
+    """The pool of the endpoint known to hold the response a request continues; None when unknown."""
+    if previous is None:
+        return None
+    holder = upstreams.stored.holder(previous, upstreams.pools)
+    return None if holder is None else holder.pool
+
+
+def _affinity(view: dict[str, Any], pool: PoolName) -> RouteRequest:
+    """The routing request of one that must run where its previous response is: vLLM answers 404 on
+    any other endpoint, so that pool is forced, over the classifier and a pool the client named."""
+    return RouteRequest(view, "chat", pool, AFFINITY)
+
+
+def _remember(upstreams: Upstreams, made: str | None, endpoint: Endpoint) -> None:
+    """Note that ``endpoint`` made the response ``made`` (vLLM stores what it answers when asked to)."""
+    if made is not None:
+        upstreams.stored.remember(made, endpoint)
+
+
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -124,9 +152,13 @@ async def responses(request: Request) -> Response:
         check_model(payload.get("model"), gw.models)
         view = chat_view(payload)
         forced = forced_pool(request, gw.settings.routing.allow_pool_override)
-        decision = gw.policy.decide(RouteRequest(view, "chat", forced))
+        previous = payload.get("previous_response_id") or None  # a string (check_fields)
+        held_in = _holder_pool(gw.upstreams, previous)
+        route = RouteRequest(view, "chat", forced) if held_in is None else _affinity(view, held_in)
+        decision = gw.policy.decide(route)
         gw.observer.decided(decision, gw.policy.strategy)
         headers = upstream_headers(request, gw, rid, "application/json")
+        stores = payload.get("store") is not False
         if payload.get("stream") is not True:
             fetched = gw.upstreams.fetch(
                 PATH,
@@ -135,10 +167,13 @@ async def responses(request: Request) -> Response:
                 decision.pool,
                 allow_failover=not decision.baseline_only,
                 first_byte_s=gw.settings.timeouts.total_s,
+                stored=previous,
             )
             sent, content = await unless_disconnected(request, fetched)
             gw.observer.forwarded(decision, sent.pool)
             status = sent.response.status
+            if stores and status < 300:
+                _remember(gw.upstreams, response_id(content), sent.endpoint)
             observe(
                 gw, rid=rid, trace=trace, route="responses", started=started, status=status, sent=sent,
                 decision=decision, payload=view, content=content,
@@ -149,7 +184,13 @@ async def responses(request: Request) -> Response:
             )
         deadline = gw.upstreams.deadline()  # the tries, the first byte and the stream together
         sending = gw.upstreams.send(
-            PATH, body, headers, decision.pool, allow_failover=not decision.baseline_only, deadline=deadline
+            PATH,
+            body,
+            headers,
+            decision.pool,
+            allow_failover=not decision.baseline_only,
+            deadline=deadline,
+            stored=previous,
         )
         sent = await unless_disconnected(request, sending)
     except asyncio.CancelledError:  # cut at the end of the shutdown grace period (a client gone is a 499)
@@ -176,6 +217,9 @@ async def responses(request: Request) -> Response:
     gw.observer.forwarded(decision, sent.pool)
     status = sent.response.status
     meter = EventMeter(started) if status < 300 else None
+    if meter is not None and stores:
+        made_on = sent.endpoint
+        meter.on_created = lambda created: _remember(gw.upstreams, created, made_on)
     chosen = decision
 
     def done(s: Sent, failed: int | None) -> None:

@@ -27,7 +27,8 @@ whichever is selected; the strategy only changes the final choice:
 
 Reasons (``x-specroute-reason``): ``predicted-gain``, ``no-gain``, ``spec-busy`` (a gain at an idle
 pool, a loss at the current batch), ``spec-queued``, ``baseline-queued``, ``spec-unavailable`` /
-``baseline-unavailable`` (no endpoint of that pool is up), ``explore``, ``forced``, ``classifier-<label>``,
+``baseline-unavailable`` (no endpoint of that pool is up), ``explore``, ``forced``, ``affinity`` (the
+pool of the endpoint that holds the stored response a Responses request continues), ``classifier-<label>``,
 ``always-<pool>``, ``spec-unsupported`` (a request the speculative pool's vLLM refuses: ``min_p`` > 0
 when not greedy, or a ``logit_bias``; under every strategy, and never failed over to that pool).
 
@@ -187,7 +188,7 @@ class AdaptivePolicy:
             self.metrics.child(self.metrics.classifier_latency).observe(perf_counter() - t0)
         label, p, kind = pred.label, pred.p_structured, pred.kind
         if request.forced_pool is not None:
-            return self._count(Decision(request.forced_pool, label, "forced", p, kind))
+            return self._count(Decision(request.forced_pool, label, request.forced_reason, p, kind))
         if refused_by_speculation(request.body) is not None:
             # the speculative pool's vLLM would answer it with a 400, whatever the strategy
             return self._count(Decision("baseline", label, SPEC_REFUSED, p, kind, baseline_only=True))

@@ -5,6 +5,10 @@ Strategies:
 - ``always-speculative`` / ``always-baseline`` — fixed pool (still classified, for headers and metrics);
 - ``classifier`` — speculative exactly when the classifier says "structured";
 - ``adaptive`` — see :mod:`gateway.routing.adaptive`.
+
+Under every strategy a request may come with its pool forced: the client named it (reason ``forced``),
+or it continues a stored Responses-API response, which only the endpoint that made it holds (reason
+``affinity``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ __all__ = [
     "RouteRequest",
 ]
 
+FORCED = "forced"  # the reason of a pool the client named (x-specroute-pool)
+AFFINITY = "affinity"  # the reason of the pool whose endpoint holds the response a request continues
+
 
 class Prediction(Protocol):
     @property
@@ -51,6 +58,7 @@ class RouteRequest:
     body: Mapping[str, Any]
     api: Api
     forced_pool: PoolName | None = None
+    forced_reason: str = FORCED  # why ``forced_pool`` is forced: FORCED or AFFINITY
 
 
 @record

@@ -3,7 +3,9 @@
 A Responses stream is ``event: <type>`` and ``data: <json>`` lines per event, ending with
 ``response.completed`` (or ``response.incomplete`` / ``response.failed``) and no ``[DONE]``. The
 first ``*.delta`` event is the first token (TTFT); each delta is one engine output (a chunk); the
-final event carries the usage (``output_tokens``). Whole events only go out, as for chat streams, framed
+final event carries the usage (``output_tokens``). The ``response.created`` event names the response's
+id, which ``on_created`` is told (where it was made is noted for the stored response's later
+requests: :mod:`gateway.upstream.stored`). Whole events only go out, as for chat streams, framed
 by the same decoder (:mod:`gateway.upstream.sse`).
 An ``error`` event that reports a server error reaches the client with a generic message (its text, a
 trace or an address, goes to the log), as inside chat streams; a client error passes as it came.
@@ -12,6 +14,7 @@ trace or an address, goes to the log), as inside chat streams; a client error pa
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -22,6 +25,7 @@ from gateway.upstream.sse import parse, with_data
 from gateway.upstream.stream import StreamMeter
 
 _DELTA = ".delta"
+_CREATED = "response.created"
 _FINAL = frozenset(("response.completed", "response.incomplete", "response.failed"))
 
 log = logging.getLogger("specroute.upstream")
@@ -30,6 +34,8 @@ log = logging.getLogger("specroute.upstream")
 @dataclass(slots=True)
 class EventMeter(StreamMeter):
     """A :class:`StreamMeter` for named events: measures, never rewrites."""
+
+    on_created: Callable[[str], None] | None = None  # told the response's id, once it is known
 
     def feed(self, raw: bytes) -> bytes:
         events, span = self._sse.feed(raw)
@@ -59,6 +65,10 @@ class EventMeter(StreamMeter):
                 out, inp = usage.get("output_tokens"), usage.get("input_tokens")
                 self.completion_tokens = out if isinstance(out, int) else None
                 self.prompt_tokens = inp if isinstance(inp, int) else None
+        elif kind == _CREATED and self.on_created is not None:
+            created = _response_id(data)
+            if created is not None:
+                self.on_created(created)
         elif kind == "error":
             try:
                 error = orjson.loads(data)
@@ -67,6 +77,16 @@ class EventMeter(StreamMeter):
             self.error = error if isinstance(error, dict) else {"message": str(error)}
             return _client_safe(event, self.error)
         return event
+
+
+def _response_id(data: bytes) -> str | None:
+    """The ``response.id`` of a ``response.created`` event's data; None when it names none."""
+    try:
+        response = orjson.loads(data).get("response")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    rid = response.get("id") if isinstance(response, dict) else None
+    return rid if isinstance(rid, str) and rid else None
 
 
 def _client_safe(event: bytes, error: dict[str, Any]) -> bytes:

@@ -7,7 +7,9 @@ is sent again too (:meth:`Upstreams.fetch`), since the client has seen none of i
 the endpoint is busy, not broken: it gets less traffic for a while and is never ejected for it. A
 streamed response is held back until its first upstream chunk has arrived, so a stream that dies
 before producing anything is retried too. Both pools serve the same model, so moving a request to
-the other pool changes its speed, not its answer. Failures are raised as :mod:`gateway.errors`; what the
+the other pool changes its speed, not its answer. A request that reads a stored Responses-API
+response goes first to the endpoint that made it, and on through the endpoints of both pools while
+they answer 404 (:mod:`gateway.upstream.stored`). Failures are raised as :mod:`gateway.errors`; what the
 client is told is the API edge's business.
 
 Forwarding to a plain ``http://`` endpoint goes through :mod:`gateway.upstream.wire`, a lean HTTP/1.1
@@ -51,6 +53,7 @@ from gateway.upstream.deadline import Deadlines, wait_until
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.resume import Resumption, Splice
 from gateway.upstream.silence import Silence
+from gateway.upstream.stored import StoredResponses
 from gateway.upstream.stream import DONE_EVENT, StreamMeter, leading_error, server_error
 from gateway.upstream.wire import Malformed, WirePool, read_within
 
@@ -208,6 +211,7 @@ class Upstreams:
         # non-streamed requests) and a non-streamed request's whole (timeouts.total_s)
         self._limits: dict[float, Deadlines] = {}
         self.jitter: Callable[[], float] = random.random  # draws the pause before a retry
+        self.stored = StoredResponses()  # where this process saw each stored response made
 
     def export_state(self) -> None:
         """Set every endpoint's up and ejected gauges from its state now.
@@ -228,11 +232,12 @@ class Upstreams:
 
     def forget(self, endpoint: Endpoint) -> None:
         """Drop what is kept of an endpoint discovery removed once it drained: its gauges
-        (:meth:`Metrics.forget`), its in-flight gauge's handle and its target, which would otherwise
-        grow with every pod that ever served."""
+        (:meth:`Metrics.forget`), its in-flight gauge's handle, its target and the responses it stored,
+        which would otherwise grow with every pod that ever served."""
         self.metrics.forget(endpoint)
         self._inflight.pop(endpoint, None)
         self._targets.pop(endpoint, None)
+        self.stored.forget(endpoint)
 
     def _busy(self, endpoint: Endpoint, delta: int) -> None:
         """Count a request in or out of an endpoint, in the balancer and in the shared gauge.
@@ -252,11 +257,8 @@ class Upstreams:
             return [pool, OTHER_POOL[pool]]
         return [pool]
 
-    def _pick(
-        self, pool: PoolName, allow_failover: bool, tried: list[Endpoint], panic: bool = True
-    ) -> Endpoint | None:
-        """The next endpoint to try: a usable one of the candidate pools, else (panic) any of them."""
-        names = self._candidates(pool, allow_failover)
+    def _pick(self, names: list[PoolName], tried: list[Endpoint], panic: bool = True) -> Endpoint | None:
+        """The next endpoint to try: a usable one of the pools ``names``, else (panic) any of them."""
         for name in names:
             endpoint = self.pools[name].pick(exclude=tried)
             if endpoint is not None:
@@ -291,6 +293,7 @@ class Upstreams:
         method: str = "POST",
         idempotent: bool = True,
         deadline: float | None = None,
+        stored: str | None = None,
     ) -> Sent:
         """Send until one endpoint gives a first byte (or a 4xx); if none does, raise an
         :class:`~gateway.errors.UpstreamError`.
@@ -305,13 +308,29 @@ class Upstreams:
         no endpoint took it: refused connections and busy answers (503, 429). ``deadline`` (on the
         loop's clock) ends the whole request: no try waits for its first byte past it, and none after
         the first starts without time left for it.
+
+        ``stored`` is the id of the stored Responses-API response the request reads (its own route, or
+        a ``previous_response_id``): the first try goes to the endpoint known to have made it, and an
+        endpoint's 404 (for anything but a model it lacks) means it does not hold it: nothing ran, and
+        the next try goes to another endpoint of either pool, not counted against ``attempts`` and with
+        no pause. A success notes where the response is; when every endpoint said 404 (or lacks the
+        model), the first 404 is the answer.
         """
         deadlines = self._deadlines(first_byte_s or self._first_byte_s)
         tried = [] if tried is None else tried
         limit = self._attempts if attempts is None else attempts
         panic = True  # until a try is cut by its endpoint's failed checks: they were right, not wrong
+        names = self._candidates(pool, allow_failover)
+        holder = not_found = None
+        hops = 0  # tries answered "not here" (404) for a stored response: not failures, not counted
+        if stored is not None:
+            names = [pool, OTHER_POOL[pool]]  # looked for wherever it may be, failover or not
+            holder = self.stored.holder(stored, self.pools)
         while len(tried) < limit:
-            endpoint = self._pick(pool, allow_failover, tried, panic)
+            if holder is not None and holder not in tried and holder.available():
+                endpoint: Endpoint | None = holder
+            else:
+                endpoint = self._pick(names, tried, panic)
             if endpoint is None:
                 break
             attempt = len(tried)
@@ -322,7 +341,7 @@ class Upstreams:
                     break  # the request's time is spent: what went wrong last is the answer
                 if left < deadlines.seconds:
                     limit_at = deadline
-            if attempt:
+            if attempt > hops:  # after a failure (the last try was not a 404 that sent it on)
                 self.metrics.retries.labels(endpoint.pool).inc()
                 retries = self.settings.retries
                 if retries.backoff_s:
@@ -351,7 +370,19 @@ class Upstreams:
                         missing = _missing_model(first)
                         if missing is not None:
                             raise _ModelMissing(missing)
-                        return Sent(endpoint, response, first, chunks, retries=attempt, sent_at=sent_at)
+                        answer = Sent(endpoint, response, first, chunks, attempt - hops, sent_at)
+                        if stored is None:
+                            return answer
+                        # not held here: the next endpoint is asked. The first such answer (from the
+                        # pool the request was sent to) is kept, whole; its connection is closed, not
+                        # pooled, as the caller may close it again later
+                        not_found = not_found or answer
+                        self._busy(endpoint, -1)
+                        response.close()
+                        hops += 1
+                        limit += 1
+                        panic = False  # no endpoint left to ask is no reason to ask those out of rotation
+                        continue
                     first = b""
                     async for piece in chunks:
                         if piece:
@@ -366,7 +397,9 @@ class Upstreams:
                         code = opening.get("code")
                         status = code if isinstance(code, int) and 500 <= code < 600 else 500
                         raise _UpstreamStatus(status, orjson.dumps({"error": opening}))
-                return Sent(endpoint, response, first, chunks, retries=attempt, sent_at=sent_at)
+                if stored is not None and response.status < 300:
+                    self.stored.remember(stored, endpoint)
+                return Sent(endpoint, response, first, chunks, retries=attempt - hops, sent_at=sent_at)
             except _UpstreamStatus as e:
                 kind, error = "status_5xx", _reported_status(e.status, e.body, endpoint)
                 if e.status in _BUSY:
@@ -437,6 +470,11 @@ class Upstreams:
                 last_error = error
             if not idempotent and kind not in ("connect", "busy", "model_missing"):
                 break  # it may have been acted on: not sent again
+        if not_found is not None and (last_error is None or _telling(last_error) == 0):
+            # every endpoint asked said the response is not there: vLLM's 404 as it wrote it (its
+            # connection was let go; the caller counts it out again as it reads it)
+            self._busy(not_found.endpoint, 1)
+            return not_found
         if last_error is None:
             raise NoEndpoint(
                 "no healthy upstream endpoint is available; try again shortly", BUSY_RETRY_AFTER_S
@@ -454,6 +492,7 @@ class Upstreams:
         method: str = "POST",
         idempotent: bool = True,
         tried: list[Endpoint] | None = None,
+        stored: str | None = None,
     ) -> tuple[Sent, bytes]:
         """A whole non-streamed response: sent again elsewhere if its body breaks on the way.
 
@@ -462,7 +501,8 @@ class Upstreams:
         failed connect; the resends come out of the same ``retries.attempts``. All the tries and the
         reading of the answer end within ``timeouts.total_s`` (one hung endpoint after another, or a
         body that comes a byte at a time, would otherwise hold the request for as long as they last).
-        ``tried``, when given, is filled with the endpoints it was sent to, as in :meth:`send`.
+        ``tried``, when given, is filled with the endpoints it was sent to, and ``stored`` names the
+        stored response the request reads, as in :meth:`send`.
         """
         tried = [] if tried is None else tried
         error: UpstreamError | None = None
@@ -484,6 +524,7 @@ class Upstreams:
                     method,
                     idempotent,
                     deadline,
+                    stored,
                 )
                 try:
                     content = await self.read_all(sent, deadline)

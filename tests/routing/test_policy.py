@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from gateway.config import RoutingConfig, Strategy
 from gateway.observability import Metrics
 from gateway.routing.adaptive import AdaptivePolicy
-from gateway.routing.policy import Decision, Outcome, RouteRequest
+from gateway.routing.policy import AFFINITY, Decision, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW
 from gateway.speculation import expected_length, from_token_steps
 from gateway.upstream.pool import Endpoint, Pool
@@ -460,3 +460,10 @@ def test_a_speculative_server_listed_as_baseline_does_not_time_baselines_step(ca
     p.observe(Outcome(d, "baseline", "b0", 200, 0.05, 0.05 + 63 * 0.03, 64, 1))
     assert p.model.base_observations == 0
     assert sum("runs a draft model" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_pool_forced_for_affinity_says_so_under_every_strategy():
+    for strategy in Strategy:
+        req = RouteRequest({"prompt": "repeat this"}, "completions", "baseline", forced_reason=AFFINITY)
+        d = _policy(strategy).decide(req)
+        assert (d.pool, d.reason, d.predicted_speedup) == ("baseline", "affinity", None)

@@ -54,3 +54,21 @@ def test_server_error_events_lose_their_text_client_errors_keep_it() -> None:
     assert meter.error is not None
     client = _event("error", code="400", message="max_output_tokens is too large")
     assert EventMeter(perf_counter()).feed(client) == client
+
+
+def test_the_response_created_event_tells_the_response_id() -> None:
+    ids: list[str] = []
+    meter = EventMeter(perf_counter(), on_created=ids.append)
+    raw = b"".join(
+        [
+            _event("response.created", response={"id": "resp_7", "status": "in_progress"}),
+            _event("response.output_text.delta", delta="Hi"),
+            _event("response.completed", response={"id": "resp_7", "status": "completed"}),
+        ]
+    )
+    out = b"".join(meter.feed(raw[i : i + 5]) for i in range(0, len(raw), 5)) + meter.flush()
+    assert out == raw and ids == ["resp_7"]
+    unnamed = EventMeter(perf_counter(), on_created=ids.append)
+    unnamed.feed(_event("response.created", response={"status": "in_progress"}))
+    unnamed.feed(b"event: response.created\ndata: {\n\n")
+    assert ids == ["resp_7"]  # an event without an id (or not JSON) tells nothing
