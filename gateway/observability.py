@@ -253,7 +253,7 @@ class Metrics:
             "specroute_upstream_errors",
             "Upstream failures by pool, endpoint and kind "
             "(connect, dropped_connection, timeout, unhealthy, status_5xx, busy, protocol, stream,"
-            " model_missing, too_large).",
+            " model_missing, too_large, unauthorized).",
             ["pool", "endpoint", "kind"],
             registry=r,
         )

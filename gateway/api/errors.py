@@ -82,6 +82,22 @@ def route_missing_body(status: int, method: str, path: str) -> bytes:
     return error_body(status, f"{what} {method} {path}")
 
 
+def client_error_body(status: int, content: bytes) -> bytes:
+    """The API's error for an upstream's other 4xx that is not OpenAI-shaped (vLLM's ``--api-key``
+    middleware answers 401 with ``{"error": "Unauthorized"}``): its text, where it has one, as the message."""
+    try:
+        parsed = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        parsed = None
+    said = parsed.get("error") or parsed.get("detail") if isinstance(parsed, dict) else None
+    if isinstance(said, str) and said:
+        return error_body(status, said[:1000])
+    try:
+        return error_body(status, HTTPStatus(status).phrase)
+    except ValueError:  # a status Python has no name for
+        return error_body(status, f"the upstream answered HTTP {status}")
+
+
 def _phrase(status: int) -> str:
     try:
         return HTTPStatus(status).phrase.replace(" ", "") + "Error"

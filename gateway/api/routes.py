@@ -23,6 +23,7 @@ from gateway.api import state
 from gateway.api.edge import upstream_headers, without_slash
 from gateway.api.errors import (
     APIError,
+    client_error_body,
     error_response,
     from_upstream,
     openai_shaped,
@@ -284,12 +285,15 @@ async def _passed_through(request: Request, ex: Exchange, sent: Sent) -> Respons
 
 def _complete(ex: Exchange, sent: Sent, content: bytes) -> Response:
     """A whole upstream body, passed on as it is; but a server without the route (an embedding model's
-    vLLM has no completions) answers FastAPI's 404 or 405, which no OpenAI client reads: that one the
-    API's own."""
+    vLLM has no completions) answers FastAPI's 404 or 405, and vLLM's key check a 401 of its own shape,
+    which no OpenAI client reads: those in the API's own (the upstream's text kept as the message)."""
     status = sent.response.status
     media_type = sent.response.headers.get("content-type", "application/json")
-    if (status == 404 or status == 405) and not openai_shaped(content):
-        content = route_missing_body(status, "POST", PATHS[ex.api])
+    if 400 <= status < 500 and not openai_shaped(content):
+        if status == 404 or status == 405:
+            content = route_missing_body(status, "POST", PATHS[ex.api])
+        else:
+            content = client_error_body(status, content)
         media_type = "application/json"
     return Answer(
         content,

@@ -206,6 +206,7 @@ class Upstreams:
         # so its key is looked up again (the pools' keys may differ)
         self._targets: dict[Endpoint, _Target | None] = {}
         self._missing_told: dict[str, float] = {}  # endpoint URL -> when the log last said it lacks a model
+        self._refused_told: dict[str, float] = {}  # endpoint URL -> when the log last said it refused the key
         self._inflight: dict[Endpoint, GaugeChild] = {}
         # one timer per time limit: the first byte's (timeouts.first_byte_s, or timeouts.total_s for
         # non-streamed requests) and a non-streamed request's whole (timeouts.total_s)
@@ -365,6 +366,10 @@ class Upstreams:
                         raise _UpstreamStatus(
                             response.status, await response.read(self.max_response), retry_after
                         )
+                    if (response.status == 401 or response.status == 403) and not self._callers_key(
+                        headers, endpoint
+                    ):
+                        raise _Refused(response.status)
                     if response.status == 404:
                         first = await response.read(self.max_response)
                         missing = _missing_model(first)
@@ -413,10 +418,29 @@ class Upstreams:
                 if now - self._missing_told.get(endpoint.base_url, -MISSING_LOG_S) >= MISSING_LOG_S:
                     self._missing_told[endpoint.base_url] = now  # once a minute: every request meets it
                     log.warning(
-                        "endpoint %s/%s does not serve the model a request named (%s); sent elsewhere",
+                        "endpoint %s/%s does not serve the model a request named (%r); sent elsewhere",
                         endpoint.pool,
                         endpoint.name,
                         error.message,
+                    )
+            except _Refused as e:
+                # the endpoint refused the gateway's own credentials (vLLM's --api-key): a configuration
+                # to fix, not the client's key to blame. Nothing ran: sent elsewhere, never ejected for it
+                # (its /health is open, so checks would let it straight back)
+                kind = "unauthorized"
+                error = UpstreamStatus(
+                    502, f"the upstream refused the gateway's credentials (HTTP {e.status})"
+                )
+                now = time.monotonic()
+                if now - self._refused_told.get(endpoint.base_url, -MISSING_LOG_S) >= MISSING_LOG_S:
+                    self._refused_told[endpoint.base_url] = now  # once a minute: every request meets it
+                    log.warning(
+                        "endpoint %s/%s refused the gateway's credentials (HTTP %d): configure the key its "
+                        "vLLM was started with (--api-key) as the pool's or endpoint's api_key_env or "
+                        "api_key_file",
+                        endpoint.pool,
+                        endpoint.name,
+                        e.status,
                     )
             except _ClosedEarly:
                 kind, error = "protocol", UpstreamBroken("the upstream's answer was empty")
@@ -464,11 +488,11 @@ class Upstreams:
             # pile its load on the others, each in turn, and an overloaded pool would flap
             if kind == "busy" or (kind == "timeout" and endpoint.queueing):
                 endpoint.mark_busy(self.settings.health)
-            elif kind != "model_missing":  # it serves its other models
+            elif kind != "model_missing" and kind != "unauthorized":  # it serves its other models
                 self.failed(endpoint, sent_at)
             if last_error is None or _telling(error) >= _telling(last_error):
                 last_error = error
-            if not idempotent and kind not in ("connect", "busy", "model_missing"):
+            if not idempotent and kind not in ("connect", "busy", "model_missing", "unauthorized"):
                 break  # it may have been acted on: not sent again
         if not_found is not None and (last_error is None or _telling(last_error) == 0):
             # every endpoint asked said the response is not there: vLLM's 404 as it wrote it (its
@@ -577,6 +601,13 @@ class Upstreams:
     def can_retry(self, tried: list[Endpoint]) -> bool:
         """Whether a request already sent to ``tried`` may go out once more."""
         return len(tried) < self._attempts
+
+    def _callers_key(self, headers: Mapping[str, str], endpoint: Endpoint) -> bool:
+        """Whether a request went upstream with its caller's ``Authorization`` (forwarded, and no key of
+        the endpoint's own replacing it): then a 401 is the caller's to read, as vLLM wrote it."""
+        return "authorization" in headers and (
+            self.keys is None or self.keys.key_for(URL(endpoint.base_url)) is None
+        )
 
     def _target(self, endpoint: Endpoint) -> _Target | None:
         """The lean client's target for ``endpoint``; None sends its requests through aiohttp (TLS)."""
@@ -904,6 +935,13 @@ class _DroppedAgain(aiohttp.ClientError):
 
 # Upstream statuses that mean "busy, try elsewhere" rather than "broken".
 _BUSY = (503, 429)
+
+
+class _Refused(Exception):
+    """An endpoint answered 401 or 403 to credentials that were not the caller's."""
+
+    def __init__(self, status: int):
+        self.status = status
 
 
 class _ModelMissing(Exception):

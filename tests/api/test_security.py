@@ -232,6 +232,46 @@ def test_an_upstream_key_from_a_file(tmp_path) -> None:
         assert response.json()["data"][0]["owned_by"] == "vllm"  # the upstream's entry: its key was sent
 
 
+def test_an_upstream_that_refuses_the_gateways_credentials_is_a_gateway_fault(caplog) -> None:
+    """vLLM started with ``--api-key`` and no key configured for it: its 401 is the gateway's
+    configuration to fix, not the caller's key. The other pool is tried; with none left the caller
+    gets a 502 that says so (not vLLM's ``{"error": "Unauthorized"}`` as a 401 of its own), the
+    endpoint is not ejected (its /health is open), and the log names the settings."""
+    key_file_pool = {"speculative": {}, "baseline": {}}
+    with InProcess({"pools": key_file_pool}, upstream_key="upstream-secret") as stack:
+        for stream in (False, True):
+            body = {**CHAT, "stream": stream}
+            r = stack.request("POST", "/v1/chat/completions", json=body)
+            assert r.status_code == 502, r.text
+            assert "refused the gateway's credentials (HTTP 401)" in r.json()["error"]["message"]
+        paths = [p for u in stack.upstreams for p, _ in u.seen if p == "/v1/chat/completions"]
+        assert len(paths) == 4  # each pool once per request: nothing ran, so the other pool was tried
+        metrics = stack.request("GET", "/metrics").text
+        assert 'kind="unauthorized",pool="baseline"} 2.0' in metrics
+        assert 'specroute_endpoint_ejected{endpoint="base-0",pool="baseline"} 0.0' in metrics
+    warnings = [
+        r.getMessage() for r in caplog.records if "refused the gateway's credentials" in r.getMessage()
+    ]
+    assert len(warnings) == 2 and all(
+        "api_key_env or api_key_file" in w for w in warnings
+    )  # one per endpoint
+
+
+def test_a_refusal_of_the_callers_own_key_reaches_it_as_an_openai_error() -> None:
+    """With the caller's Authorization forwarded, vLLM's 401 is the caller's: its status and text, in the
+    shape OpenAI clients read (vLLM's own is ``{"error": "Unauthorized"}``)."""
+    with InProcess({"auth": {"forward_client_authorization": True}}, upstream_key="right") as stack:
+        headers = {"authorization": "Bearer wrong", "x-specroute-pool": "baseline"}
+        r = stack.request("POST", "/v1/chat/completions", json=CHAT, headers=headers)
+        assert r.status_code == 401
+        assert r.json()["error"] == {
+            "message": "Unauthorized",
+            "type": "AuthenticationError",
+            "param": None,
+            "code": 401,
+        }
+
+
 def test_a_missing_upstream_key_stops_start_up(monkeypatch) -> None:
     from gateway.app import create_app
     from gateway.config import ConfigError, load_settings
