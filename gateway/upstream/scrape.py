@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -103,9 +104,15 @@ MAX_POSITIONS = 64
 
 
 def parse(text: str, at: float = 0.0) -> Reading:
-    """Parse a vLLM metrics page (the ``_created`` samples beside counters are ignored)."""
+    """Parse a vLLM metrics page (the ``_created`` samples beside counters are ignored).
+
+    A series with a non-finite sample (NaN, ±Inf) on any engine is absent from the reading: such a
+    value is no count of requests, steps or tokens, and a sum over engines that left it out would look
+    like a counter going down (a restart) at the next page.
+    """
     sums: dict[str, float] = {}
     pos: dict[int, float] = {}
+    broken: set[str] = set()
     for family in text_string_to_metric_families(_wanted(text)):
         for s in family.samples:
             name = s.name
@@ -123,6 +130,14 @@ def parse(text: str, at: float = 0.0) -> Reading:
                 or name == _ITERATIONS
             ):
                 sums[name] = sums.get(name, 0.0) + s.value
+            else:
+                continue
+            if not math.isfinite(s.value):
+                broken.add(name)
+    for name in broken:
+        sums.pop(name, None)
+    if _PER_POS in broken:
+        pos.clear()
     kv = next((sums[n] for n in _KV if n in sums), None)
     # one histogram's sum and count, the newest name's where a server exports both
     named = next((i for i, n in enumerate(_STEP_COUNTS) if n in sums and _STEP_SUMS[i] in sums), None)
@@ -319,49 +334,58 @@ class EndpointScrape:
         return reading.at - self.still_since
 
     def update(self, reading: Reading, k: int | None) -> None:
+        """Take a new page in.
+
+        Everything is worked out before anything is set: a page that made the working-out raise would
+        otherwise leave the state half of the new page's and half of the old (its reading replaced, its
+        scrape time and loads not), and nothing would say so but the growing scrape age.
+        """
         iv = interval(self.reading, reading, k)
-        if iv is not None:
-            self.last = iv
         base = self.step_base
-        self.step = step_time(base, reading)
-        if self.step is not None:
-            self.unread.append(self.step)
-        if self.step is not None or base is None or base.steps is None or (reading.steps or 0.0) < base.steps:
-            self.step_base = reading  # counted, or nothing to count from (first page, restart)
-        if restarted(self.reading, reading):
-            # what was learned of the old process's engine: its seats and its line
-            self.capacity, self.in_line, self.reading = None, False, None
-        self.previous, self.reading = self.reading, reading
-        waited = bool(self.previous and self.previous.waiting)
-        if bool(reading.waiting) == waited:
-            self.in_line = waited
+        step = step_time(base, reading)
+        # counted, or nothing to count from (first page, restart): the next step time counts from here
+        rebase = step is not None or base is None or base.steps is None or (reading.steps or 0.0) < base.steps
+        # a restart ends what was learned of the old process's engine: its seats and its line
+        fresh = restarted(self.reading, reading)
+        previous = None if fresh else self.reading
+        capacity = None if fresh else self.capacity
+        waited = bool(previous and previous.waiting)
+        in_line = waited if bool(reading.waiting) == waited else (False if fresh else self.in_line)
         running = int(reading.running or 0)
-        if self.queued and running:
+        if in_line and running:
             # the most requests seen running while a queue lasted: the engine's seats (max_num_seqs)
-            self.capacity = max(self.capacity or 0, running)
-        elif self.capacity is not None and running > self.capacity:
-            self.capacity = running
-        self.last_at = reading.at
+            capacity = max(capacity or 0, running)
+        elif capacity is not None and running > capacity:
+            capacity = running
         # a queue behind an engine that steps: overload. One that stopped stepping (a hung engine whose
         # server still answers) is not excused its time-outs
-        before = self.previous
         stepping = (
-            before is None or before.steps is None or reading.steps is None or reading.steps > before.steps
+            previous is None
+            or previous.steps is None
+            or reading.steps is None
+            or reading.steps > previous.steps
         )
-        self.endpoint.queueing = bool(reading.waiting) and stepping
-        self.failures = 0
-        self.error = None
         in_engine = (reading.running or 0.0) + (reading.waiting or 0.0)
-        ep = self.endpoint
-        ep.others, ep.seats = max(0.0, in_engine - ep.outstanding), self.capacity
         # requests waiting behind a batch that has all its seats taken wait for one to free: a line at
         # the first scrape that sees it (the two-scrape rule is for a batch with free seats, where a
         # request waits only for the engine's next step)
-        full = bool(reading.waiting) and self.capacity is not None and running >= self.capacity
-        self.loads = (
-            EndpointLoad(in_engine, self.queued or full, self.capacity),
-            EndpointLoad(None, False, self.capacity),
-        )
+        full = bool(reading.waiting) and capacity is not None and running >= capacity
+        loads = (EndpointLoad(in_engine, in_line or full, capacity), EndpointLoad(None, False, capacity))
+        ep = self.endpoint
+        others = max(0.0, in_engine - ep.outstanding)
+        # nothing below can raise
+        if iv is not None:
+            self.last = iv
+        self.step = step
+        if step is not None:
+            self.unread.append(step)
+        if rebase:
+            self.step_base = reading
+        self.previous, self.reading = previous, reading
+        self.capacity, self.in_line, self.last_at, self.loads = capacity, in_line, reading.at, loads
+        self.failures, self.error = 0, None
+        ep.queueing = bool(reading.waiting) and stepping
+        ep.others, ep.seats = others, capacity
 
     def snapshot(self) -> dict[str, Any]:
         r, iv = self.reading, self.last

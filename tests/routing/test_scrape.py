@@ -557,3 +557,75 @@ def test_an_endpoint_discovery_removes_during_a_round_leaves_no_gauges(vllm_fixt
     scraper.by_endpoint[id(s1)] = EndpointScrape(s1, reading=Reading(1.0, running=3))
     scraper.export()
     assert 'endpoint="s1"' not in generate_latest(scraper.metrics.registry).decode()
+
+
+def _set(text: str, series: str, value: str) -> str:
+    """The page with every sample of ``series`` (its exact name) set to ``value``."""
+    line = re.compile(rf"^({re.escape(series)}(?:\{{[^\n]*\}})?) \S+$", re.MULTILINE)
+    return line.sub(rf"\g<1> {value}", text)
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
+@pytest.mark.parametrize(
+    ("series", "field"),
+    [
+        ("vllm:num_requests_running", "running"),
+        ("vllm:num_requests_waiting", "waiting"),
+        ("vllm:kv_cache_usage_perc", "kv_usage"),
+        ("vllm:spec_decode_num_drafts_total", "drafts"),
+        ("vllm:inter_token_latency_seconds_count", "steps"),
+        ("vllm:iteration_tokens_total_count", "iterations"),
+    ],
+)
+def test_a_non_finite_sample_makes_its_series_absent(vllm_fixture, series, field, value):
+    text = vllm_fixture("draftsame_metrics_under_load.txt").decode()
+    page = _set(text, series, value)
+    assert page != text
+    good, bad = parse(text), parse(page)
+    assert getattr(good, field) is not None and getattr(bad, field) is None
+    assert bad.accepted == good.accepted and (bad.running is None or bad.running == good.running)
+
+
+def test_a_non_finite_per_position_counter_leaves_no_per_position_rates(vllm_fixture):
+    text = vllm_fixture("ngram_metrics_under_load.txt").decode()
+    assert parse(text).per_pos
+    assert parse(_set(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "NaN")).per_pos == ()
+
+
+def test_a_page_with_non_finite_load_gauges_is_taken_in_whole(vllm_fixture, caplog):
+    """NaN running made every scrape raise half-way through its update (the reading replaced, the scrape
+    time not: a fresh endpoint reported stale, with no scrape error); NaN waiting read as a queue."""
+    text = vllm_fixture("draftsame_metrics_under_load.txt").decode()
+    page = _set(_set(text, "vllm:num_requests_running", "NaN"), "vllm:num_requests_waiting", "NaN")
+    scraper, (s0, _) = _scraper(lambda request: httpx.Response(200, text=page))
+    for _ in range(2):
+        asyncio.run(scraper.scrape_once())
+    state = scraper.of(s0)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert state.last_at is not None and state.error is None and state.failures == 0
+    assert state.loads is not None and state.previous is not None
+    assert not state.queued and not s0.queueing
+    snap = state.snapshot()
+    assert (snap["running"], snap["waiting"]) == (None, None) and snap["kv_cache_usage"] is not None
+
+
+def test_an_update_that_raises_leaves_the_state_as_it_was(monkeypatch):
+    import gateway.upstream.scrape as scrape
+
+    state = EndpointScrape(Endpoint("speculative", "s0", "http://s0"))
+    first = Reading(1.0, running=2, waiting=1, steps=10.0, step_seconds=0.1)
+    state.update(first, None)
+
+    def kept() -> tuple[object, ...]:
+        return (state.reading, state.previous, state.last_at, state.loads, state.in_line, state.step_base)
+
+    before = kept()
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a page the update cannot take")
+
+    monkeypatch.setattr(scrape, "EndpointLoad", broken)
+    with pytest.raises(RuntimeError):
+        state.update(Reading(2.0, running=3, waiting=2, steps=40.0, step_seconds=0.4), None)
+    assert kept() == before
+    assert not state.unread
