@@ -425,7 +425,8 @@ class Metrics:
         )
         self.kv_cache_usage = Gauge(
             "specroute_upstream_kv_cache_usage_ratio",
-            "vLLM's KV-cache usage (0-1) per endpoint, from the last scrape.",
+            "vLLM's KV-cache usage (0-1) per endpoint, its fullest engine's for a data-parallel server, from"
+            " the last scrape.",
             ["pool", "endpoint"],
             multiprocess_mode="livemostrecent",
             registry=r,

@@ -3,10 +3,12 @@
 Every ``routing.scrape_interval_s`` the gateway fetches every endpoint's Prometheus page and keeps
 the last two readings. Acceptance over the interval comes from counter deltas (vLLM's definitions:
 draft acceptance rate Δaccepted / Δdraft_tokens, mean acceptance length 1 + Δaccepted / Δdrafts,
-per-position rates Δper_pos[i] / Δdrafts); load comes from the gauges. Counters are summed over
-the ``engine`` label. A counter that went down means the server restarted: its current value is
-then the delta since the restart. Absent or all-zero counters (Neuron's fused speculation keeps
-them at 0) simply give no interval acceptance: the per-request measurements do not depend on them.
+per-position rates Δper_pos[i] / Δdrafts); load comes from the gauges. Counters and request gauges
+are summed over the ``engine`` label (a data-parallel server's engines); KV-cache usage, a fraction
+of each engine's own cache, is the fullest engine's. A counter that went down means the server
+restarted: its current value is then the delta since the restart. Absent or all-zero counters
+(Neuron's fused speculation keeps them at 0) simply give no interval acceptance: the per-request
+measurements do not depend on them.
 
 The inter-token latency histogram's sum and count (``vllm:inter_token_latency_seconds``, formerly
 ``vllm:time_per_output_token_seconds``: one sample per request per engine step) give the mean step time
@@ -111,6 +113,7 @@ def parse(text: str, at: float = 0.0) -> Reading:
     like a counter going down (a restart) at the next page.
     """
     sums: dict[str, float] = {}
+    peaks: dict[str, float] = {}
     pos: dict[int, float] = {}
     broken: set[str] = set()
     for family in text_string_to_metric_families(_wanted(text)):
@@ -122,9 +125,12 @@ def parse(text: str, at: float = 0.0) -> Reading:
                 # would have the reading hold that many zeros)
                 if p is not None and p.isdigit() and int(p) < MAX_POSITIONS:
                     pos[int(p)] = pos.get(int(p), 0.0) + s.value
+            elif name in _KV:
+                # each engine of a data-parallel server has a cache of its own: the fullest one is
+                # what refuses requests first (and a sum of fractions is none: 1.4 for two at 0.7)
+                peaks[name] = max(peaks.get(name, s.value), s.value)
             elif (
                 name in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _RUNNING, _WAITING)
-                or name in _KV
                 or name in _STEP_SUMS
                 or name in _STEP_COUNTS
                 or name == _ITERATIONS
@@ -136,9 +142,10 @@ def parse(text: str, at: float = 0.0) -> Reading:
                 broken.add(name)
     for name in broken:
         sums.pop(name, None)
+        peaks.pop(name, None)
     if _PER_POS in broken:
         pos.clear()
-    kv = next((sums[n] for n in _KV if n in sums), None)
+    kv = next((peaks[n] for n in _KV if n in peaks), None)
     # one histogram's sum and count, the newest name's where a server exports both
     named = next((i for i, n in enumerate(_STEP_COUNTS) if n in sums and _STEP_SUMS[i] in sums), None)
     per_pos = tuple(pos.get(i, 0.0) for i in range(max(pos) + 1)) if pos else ()

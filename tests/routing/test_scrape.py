@@ -629,3 +629,21 @@ def test_an_update_that_raises_leaves_the_state_as_it_was(monkeypatch):
         state.update(Reading(2.0, running=3, waiting=2, steps=40.0, step_seconds=0.4), None)
     assert kept() == before
     assert not state.unread
+
+
+def _data_parallel(text: str, second: str | None = None) -> str:
+    """The page of a server run with ``--data-parallel-size 2``: every engine's series twice, the second
+    engine's from ``second`` when given (else the same values)."""
+    other = [ln for ln in (second or text).splitlines() if not ln.startswith("#") and 'engine="0"' in ln]
+    return text + "\n".join(ln.replace('engine="0"', 'engine="1"') for ln in other) + "\n"
+
+
+def test_a_data_parallel_servers_kv_cache_usage_is_its_fullest_engines(vllm_fixture):
+    """Each engine's usage is a fraction of its own cache: summed, two engines at 0.7 made 1.4 of a
+    gauge documented as 0-1."""
+    text = vllm_fixture("draftsame_metrics_under_load.txt").decode()
+    fuller = _set(text, "vllm:kv_cache_usage_perc", "0.7")
+    assert parse(_data_parallel(fuller)).kv_usage == pytest.approx(0.7)
+    emptier = _set(text, "vllm:kv_cache_usage_perc", "0.25")
+    assert parse(_data_parallel(emptier, fuller)).kv_usage == pytest.approx(0.7)
+    assert parse(_data_parallel(fuller, emptier)).kv_usage == pytest.approx(0.7)
