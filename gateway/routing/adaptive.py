@@ -35,7 +35,8 @@ when not greedy, or a ``logit_bias``; under every strategy, and never failed ove
 Load per endpoint is the larger of the gateway's own in-flight count (always fresh) and vLLM's
 running + waiting from the last scrape (sees other clients); the pool's batch is that of its
 least loaded endpoint, where the next request will go (one demoted for its acceptance, which gets
-probes only, while another is up). An endpoint queues when vLLM reports
+probes only, while another is up), per engine of a data-parallel server (each engine steps its own
+share of the requests). An endpoint queues when vLLM reports
 waiting requests or the in-flight count reaches the batch capacity seen while it queued before.
 
 The wait for a seat on a full endpoint is ``ahead · residence / capacity`` (Little's law): the
@@ -85,7 +86,7 @@ class PoolLoad(NamedTuple):
     """A pool's load as a decision sees it (a named tuple: two are made per decision, at a third of
     the cost of a frozen dataclass)."""
 
-    batch: float  # requests running on the least loaded endpoint once this one joins
+    batch: float  # requests running on the least loaded endpoint once this one joins (per engine)
     queued: bool
     available: bool
     ahead: float = 0.0  # requests that must leave that endpoint before this one gets a seat
@@ -355,7 +356,7 @@ class AdaptivePolicy:
         now = time.monotonic()
         stale = self._stale_s
         # a demoted endpoint gets probes only: the pool's load is that of the others while one is up
-        best: tuple[bool, bool, float, float, float, bool] | None = None
+        best: tuple[bool, bool, float, float, float, bool, int] | None = None
         for ep in self.pools[pool].endpoints:
             if not ep.available(now):
                 continue
@@ -363,7 +364,9 @@ class AdaptivePolicy:
             own = True
             scraped = self.scraper.load(ep, stale, now) if self.scraper is not None else None
             cap = None
+            engines = 1
             if scraped is not None:
+                engines = scraped.engines
                 if scraped.in_engine is not None:
                     own = 2 * ep.outstanding >= scraped.in_engine
                     load = max(load, scraped.in_engine)
@@ -378,13 +381,14 @@ class AdaptivePolicy:
                     ahead = max(1.0, load + 1.0 - cap)
                 queued = queued or load >= cap
                 load = min(load, cap - 1)
-            key = (ep.demoted, queued, ahead, load, float(cap or 0), own)
+            key = (ep.demoted, queued, ahead, load, float(cap or 0), own, engines)
             if best is None or key < best:
                 best = key
         if best is None:
             return PoolLoad(1.0, True, False)
-        _, queued, ahead, load, seats, own = best
-        return PoolLoad(load + 1.0, queued, True, ahead, seats or None, own)
+        _, queued, ahead, load, seats, own, engines = best
+        # a data-parallel server's engines each step their own share of its requests
+        return PoolLoad(load / engines + 1.0, queued, True, ahead, seats or None, own)
 
     def _after_scrape(self, scraper: Scraper) -> None:
         """Read a new scrape round: the speculative pool's k, and baseline's step times.
@@ -489,11 +493,11 @@ class AdaptivePolicy:
         d = outcome.decision
         if d.batch is None or outcome.pool != d.pool:
             return None
-        end = next(
-            (e.outstanding + 1 for e in self.pools[outcome.pool].endpoints if e.name == outcome.endpoint),
-            None,
-        )
-        return d.batch if end is None else (d.batch + end) / 2
+        ep = next((e for e in self.pools[outcome.pool].endpoints if e.name == outcome.endpoint), None)
+        if ep is None:
+            return d.batch
+        engines = self.scraper.engines(ep) if self.scraper is not None else 1
+        return (d.batch + ep.outstanding / engines + 1) / 2
 
     # -- keeping across restarts ------------------------------------------------------------------
     def state(self) -> PolicyState:

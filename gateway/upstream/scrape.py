@@ -91,10 +91,21 @@ class Reading:
     step_seconds: float | None = None  # the inter-token latency histogram's sum ...
     steps: float | None = None  # ... and count
     iterations: float | None = None  # engine steps, prefill ones included (vllm:iteration_tokens_total)
+    # a data-parallel server's engines (its running gauge's engine labels), and those of them that held
+    # requests running: each engine steps its own requests only
+    engines: int = 1
+    busy: int = 1
+
+    @property
+    def batch(self) -> float | None:
+        """The requests running per engine that holds any: the batch each engine step runs. The running
+        gauge is the server's total, and a data-parallel server's engines step apart."""
+        return None if self.running is None else self.running / max(self.busy, 1)
 
 
 class StepTime(NamedTuple):
-    """An interval's mean engine step time, at about ``batch`` running requests, over ``steps`` steps."""
+    """An interval's mean engine step time, at about ``batch`` running requests (per engine of a
+    data-parallel server), over ``steps`` steps."""
 
     seconds: float
     batch: float
@@ -115,6 +126,7 @@ def parse(text: str, at: float = 0.0) -> Reading:
     sums: dict[str, float] = {}
     peaks: dict[str, float] = {}
     pos: dict[int, float] = {}
+    running: dict[str, float] = {}  # by engine
     broken: set[str] = set()
     for family in text_string_to_metric_families(_wanted(text)):
         for s in family.samples:
@@ -136,6 +148,9 @@ def parse(text: str, at: float = 0.0) -> Reading:
                 or name == _ITERATIONS
             ):
                 sums[name] = sums.get(name, 0.0) + s.value
+                if name == _RUNNING:
+                    engine = s.labels.get("engine", "")
+                    running[engine] = running.get(engine, 0.0) + s.value
             else:
                 continue
             if not math.isfinite(s.value):
@@ -161,6 +176,8 @@ def parse(text: str, at: float = 0.0) -> Reading:
         None if named is None else sums[_STEP_SUMS[named]],
         None if named is None else sums[_STEP_COUNTS[named]],
         sums.get(_ITERATIONS),
+        max(1, len(running)),
+        sum(1 for n in running.values() if n > 0),
     )
 
 
@@ -169,12 +186,13 @@ def step_time(prev: Reading | None, cur: Reading) -> StepTime | None:
     with fewer than :data:`MIN_STEPS` steps in between."""
     if prev is None or prev.steps is None or prev.step_seconds is None:
         return None
-    if cur.steps is None or cur.step_seconds is None or cur.running is None or prev.running is None:
+    before, now = prev.batch, cur.batch
+    if cur.steps is None or cur.step_seconds is None or now is None or before is None:
         return None
     steps, seconds = cur.steps - prev.steps, cur.step_seconds - prev.step_seconds
     if steps < MIN_STEPS or seconds <= 0:  # too few, or the server restarted (its counts went down)
         return None
-    return StepTime(seconds / steps, (prev.running + cur.running) / 2, steps)
+    return StepTime(seconds / steps, (before + now) / 2, steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +395,11 @@ class EndpointScrape:
         # the first scrape that sees it (the two-scrape rule is for a batch with free seats, where a
         # request waits only for the engine's next step)
         full = bool(reading.waiting) and capacity is not None and running >= capacity
-        loads = (EndpointLoad(in_engine, in_line or full, capacity), EndpointLoad(None, False, capacity))
+        engines = reading.engines
+        loads = (
+            EndpointLoad(in_engine, in_line or full, capacity, engines),
+            EndpointLoad(None, False, capacity, engines),
+        )
         ep = self.endpoint
         others = max(0.0, in_engine - ep.outstanding)
         # nothing below can raise
@@ -437,6 +459,8 @@ class EndpointLoad(NamedTuple):
     # behind a batch at its capacity
     queued: bool
     capacity: int | None  # the most seen running while others waited (the engine's seats)
+    # a data-parallel server's engines: the loads above are their totals, a step's batch is one engine's
+    engines: int = 1
 
 
 @dataclass
@@ -474,6 +498,12 @@ class Scraper:
         """How many tokens the endpoint drafts per step (k), as its counters' labels say."""
         state = self._state(endpoint)
         return state.k if state is not None else None
+
+    def engines(self, endpoint: Endpoint) -> int:
+        """How many engines the endpoint's server runs (``--data-parallel-size``) by its last page; 1 before
+        its first: the batch one engine steps is its share of the endpoint's requests."""
+        state = self._state(endpoint)
+        return state.reading.engines if state is not None and state.reading is not None else 1
 
     def drafting(self, endpoint: Endpoint) -> bool:
         """Whether the endpoint's last page had speculative decoding's counters (a draft model runs)."""

@@ -18,7 +18,7 @@ from gateway.routing.policy import AFFINITY, Decision, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW
 from gateway.speculation import expected_length, from_token_steps
 from gateway.upstream.pool import Endpoint, Pool
-from gateway.upstream.scrape import Reading, Scraper
+from gateway.upstream.scrape import Reading, Scraper, parse
 from tests.streams import cut_stream
 
 
@@ -191,6 +191,27 @@ def test_large_batch_makes_speculation_a_loss():
     p.scraper.of(p.pools["speculative"].endpoints[0]).update(Reading(_now(), running=30, waiting=0), 7)
     d = p.decide(RouteRequest({"prompt": "repeat"}, "completions"))
     assert (d.pool, d.reason) == ("baseline", "spec-busy")
+
+
+def test_a_data_parallel_speculative_server_is_priced_at_one_engines_batch():
+    """Each engine of a server run with --data-parallel-size steps its own requests: two engines running 4
+    each are two batches of 4 (a request joins one at 5), not one of 8 that the speedup model prices
+    nearer its knee."""
+    lines = [
+        f'vllm:num_requests_{s}{{engine="{i}"}} {n}'
+        for i in (0, 1)
+        for s, n in (("running", 4), ("waiting", 0))
+    ]
+    p = _policy(exploration_rate=0.0)
+    p.scraper.of(p.pools["speculative"].endpoints[0]).update(parse("\n".join(lines) + "\n", _now()), 7)
+    assert p.load("speculative").batch == 5.0
+    single = _policy(exploration_rate=0.0)
+    single.scraper.of(single.pools["speculative"].endpoints[0]).update(
+        Reading(_now(), running=4, waiting=0), 7
+    )
+    assert single.load("speculative").batch == 5.0
+    d = p.decide(STRUCTURED)
+    assert d.spec_batch == 5.0 and d.predicted_speedup == single.decide(STRUCTURED).predicted_speedup
 
 
 def test_stale_scrapes_are_ignored():

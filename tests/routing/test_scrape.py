@@ -647,3 +647,33 @@ def test_a_data_parallel_servers_kv_cache_usage_is_its_fullest_engines(vllm_fixt
     emptier = _set(text, "vllm:kv_cache_usage_perc", "0.25")
     assert parse(_data_parallel(emptier, fuller)).kv_usage == pytest.approx(0.7)
     assert parse(_data_parallel(fuller, emptier)).kv_usage == pytest.approx(0.7)
+
+
+def _engines(running: list[float], steps: float) -> Reading:
+    """A page whose engines each run ``running[i]`` requests, with the inter-token histogram's sum and
+    count (one engine's: only their sums over engines are read)."""
+    lines = [f'vllm:num_requests_running{{engine="{i}"}} {n}' for i, n in enumerate(running)]
+    family = "vllm:inter_token_latency_seconds"
+    lines += [f'{family}_sum{{engine="0"}} {steps * 0.01}', f'{family}_count{{engine="0"}} {steps}']
+    return parse("\n".join(lines) + "\n")
+
+
+def test_a_data_parallel_servers_step_is_timed_at_one_engines_batch(vllm_fixture):
+    """Each engine steps its own requests: two engines running 4 each step batches of 4, not 8."""
+    text = vllm_fixture("draftsame_metrics_under_load.txt").decode()
+    one, two = parse(text), parse(_data_parallel(text))
+    assert one.running and (two.running, two.engines, two.batch) == (2 * one.running, 2, one.running)
+    assert (one.engines, one.batch) == (1, one.running)
+    for running, batch in (([4.0], 4.0), ([4.0, 4.0], 4.0), ([6.0, 0.0], 6.0), ([6.0, 2.0], 4.0)):
+        step = step_time(_engines(running, 100), _engines(running, 100 + MIN_STEPS))
+        assert step is not None and step.batch == batch, running
+    idle = _engines([0.0, 0.0], 100)
+    assert (idle.running, idle.batch) == (0.0, 0.0)
+
+
+def test_routing_reads_a_data_parallel_servers_engines_beside_its_total_load():
+    scraper, (s0, s1) = _scraper(lambda request: httpx.Response(503))
+    scraper.of(s0).update(_engines([3.0, 5.0], 100), None)
+    load = scraper.load(s0, max_age_s=5.0, now=1.0)
+    assert load is not None and (load.in_engine, load.engines) == (8.0, 2)
+    assert (scraper.engines(s0), scraper.engines(s1)) == (2, 1)
