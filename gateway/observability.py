@@ -455,11 +455,7 @@ class Metrics:
         return found
 
     def forget(self, endpoint: Endpoint) -> None:
-        """Drop the gauges of an endpoint that discovery removed, so its last values do not linger.
-
-        Multiprocess mode cannot remove a series from the workers' files: the values become NaN
-        instead, which panels show as a gap and alert comparisons never match.
-        """
+        """Drop the gauges of an endpoint that discovery removed, so its last values do not linger."""
         series: list[tuple[Gauge, tuple[str, ...]]] = [
             (gauge, (endpoint.pool, endpoint.name))
             for gauge in (
@@ -474,11 +470,20 @@ class Metrics:
         ]
         series += [(self.pool_load, (endpoint.pool, endpoint.name, s)) for s in ("running", "waiting")]
         for gauge, labels in series:
-            if multiprocess_dir():
-                gauge.labels(*labels).set(math.nan)
-                continue
-            with suppress(KeyError):
-                gauge.remove(*labels)
+            self.drop(gauge, labels)
+
+    def drop(self, gauge: Gauge, labels: tuple[str, ...]) -> None:
+        """Remove one series of a gauge, for a value no longer known: kept, its last value would be
+        reported as the current one for good.
+
+        Multiprocess mode cannot remove a series from the workers' files: its value becomes NaN
+        instead, which panels show as a gap and alert comparisons never match.
+        """
+        if multiprocess_dir():
+            gauge.labels(*labels).set(math.nan)
+            return
+        with suppress(KeyError):
+            gauge.remove(*labels)
 
 
 def render(metrics: Metrics) -> tuple[bytes, str]:

@@ -97,6 +97,12 @@ class Reading:
     busy: int = 1
 
     @property
+    def bare(self) -> bool:
+        """None of the series read from a vLLM page is on it: another server's page (a proxy's)."""
+        series = (self.running, self.waiting, self.kv_usage, self.drafts, self.steps, self.iterations)
+        return all(v is None for v in series)
+
+    @property
     def batch(self) -> float | None:
         """The requests running per engine that holds any: the batch each engine step runs. The running
         gauge is the server's total, and a data-parallel server's engines step apart."""
@@ -290,6 +296,8 @@ class EndpointScrape:
     error: str | None = None
     told_k: bool = False  # the log said its counters' k differs from the configured one
     told_drafting: bool = False  # the log said this baseline endpoint runs a draft model
+    exported: set[str] = field(default_factory=set)  # its gauge series this process set (Scraper.export)
+    told_bare: bool = False  # the log said its page has none of vLLM's series (until a page has them)
     # since when its engine has held requests running without taking a step (None: it steps, or is idle)
     still_since: float | None = None
     in_line: bool = False  # a queue: requests waited at two scrapes in a row (see ``queued``)
@@ -583,6 +591,7 @@ class Scraper:
         pool = self.pools.get(ep.pool)
         configured = pool.num_speculative_tokens if pool else None
         state.update(reading, configured)
+        self._tell_bare(ep, state, reading)
         if ep.pool == "baseline" and reading.drafts is not None and not state.told_drafting:
             # a speculative server in the baseline pool (a pod of the wrong Deployment behind the
             # Service): its step is not baseline's, by which the draft's cost is measured
@@ -607,6 +616,24 @@ class Scraper:
                 configured,
                 configured,
             )
+
+    def _tell_bare(self, ep: Endpoint, state: EndpointScrape, reading: Reading) -> None:
+        """Say once that an endpoint's page, though it answers, has none of the vLLM series read from it.
+
+        A proxy's page, or another server's: the endpoint's load, acceptance and step times are then
+        unknown while its scrape age says it is read, and nothing else would tell an operator why.
+        """
+        bare = reading.bare
+        if bare and not state.told_bare:
+            log.warning(
+                "endpoint %s/%s: its /metrics answers without vLLM's series (%s, %s, ...): its load,"
+                " acceptance and step times are unknown; is that page its vLLM server's?",
+                ep.pool,
+                ep.name,
+                _RUNNING,
+                _WAITING,
+            )
+        state.told_bare = bare
 
     def _judge_stall(self, ep: Endpoint, state: EndpointScrape, reading: Reading) -> None:
         """Take an endpoint whose engine hangs out of rotation, and back once it steps again.
@@ -657,16 +684,30 @@ class Scraper:
             if ep.draining:  # discovery removed it: its gauges are gone (Metrics.forget), and stay so
                 continue
             m.scrape_age.labels(ep.pool, ep.name).set(state.staleness(now))
-            if r is None:
-                continue
-            if r.running is not None:
-                m.pool_load.labels(ep.pool, ep.name, "running").set(r.running)
-            if r.waiting is not None:
-                m.pool_load.labels(ep.pool, ep.name, "waiting").set(r.waiting)
-            if r.kv_usage is not None:
-                m.kv_cache_usage.labels(ep.pool, ep.name).set(r.kv_usage)
-            if state.last is not None:
-                m.endpoint_acceptance.labels(ep.pool, ep.name).set(state.last.rate)
+            if r is not None:
+                self._export_reading(state, r)
+
+    def _export_reading(self, state: EndpointScrape, r: Reading) -> None:
+        """Set an endpoint's gauges from its last page, and drop those of the series it lacked: kept,
+        their last values would read as the current ones (a proxy's page, a restart without a draft).
+
+        Only series this process set are dropped: in multiprocess mode a drop writes NaN, which would
+        give every baseline endpoint an acceptance series of its own.
+        """
+        m, ep = self.metrics, state.endpoint
+        acceptance = state.last.rate if state.last is not None and r.drafts is not None else None
+        for key, gauge, labels, value in (
+            ("running", m.pool_load, (ep.pool, ep.name, "running"), r.running),
+            ("waiting", m.pool_load, (ep.pool, ep.name, "waiting"), r.waiting),
+            ("kv", m.kv_cache_usage, (ep.pool, ep.name), r.kv_usage),
+            ("acceptance", m.endpoint_acceptance, (ep.pool, ep.name), acceptance),
+        ):
+            if value is not None:
+                gauge.labels(*labels).set(value)
+                state.exported.add(key)
+            elif key in state.exported:
+                m.drop(gauge, labels)
+                state.exported.discard(key)
 
     async def run(self) -> None:
         try:

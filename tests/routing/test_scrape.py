@@ -677,3 +677,40 @@ def test_routing_reads_a_data_parallel_servers_engines_beside_its_total_load():
     load = scraper.load(s0, max_age_s=5.0, now=1.0)
     assert load is not None and (load.in_engine, load.engines) == (8.0, 2)
     assert (scraper.engines(s0), scraper.engines(s1)) == (2, 1)
+
+
+def _endpoint_gauges(scraper: Scraper, endpoint: str) -> dict[str, float]:
+    """The scrape gauges of one endpoint, by series name (and state, for the request gauges)."""
+    return {
+        s.name + (f"[{s.labels['state']}]" if "state" in s.labels else ""): s.value
+        for m in scraper.metrics.registry.collect()
+        for s in m.samples
+        if s.labels.get("endpoint") == endpoint
+        and s.name.startswith(("specroute_upstream", "specroute_endpoint"))
+    }
+
+
+def test_a_page_without_vllms_series_leaves_no_gauge_at_its_old_value(vllm_fixture, caplog):
+    """A page that answers 200 without vLLM's series (a proxy's) left the endpoint's gauges where the last
+    vLLM page put them: a queue of 5 shown for good, beside a fresh scrape age."""
+    pages = [vllm_fixture(f"ngram_metrics_{x}.txt").decode() for x in ("before", "under_load")]
+    proxy = "# HELP up A proxy's own page.\n# TYPE up gauge\nup 1\n"
+    page = iter([*pages, proxy, proxy, proxy, pages[1]])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404) if request.url.host == "s1" else httpx.Response(200, text=next(page))
+
+    scraper, _ = _scraper(handler)
+    for _ in range(2):
+        asyncio.run(scraper.scrape_once())
+    shown = _endpoint_gauges(scraper, "s0")
+    assert {"specroute_upstream_requests[waiting]", "specroute_upstream_kv_cache_usage_ratio"} <= set(shown)
+    assert "specroute_endpoint_acceptance_ratio" in shown
+    caplog.clear()
+    for _ in range(3):
+        asyncio.run(scraper.scrape_once())
+    assert set(_endpoint_gauges(scraper, "s0")) == {"specroute_upstream_scrape_age_seconds"}
+    told = [r for r in caplog.records if "without vLLM's series" in r.getMessage()]
+    assert len(told) == 1 and told[0].levelname == "WARNING"
+    asyncio.run(scraper.scrape_once())
+    assert set(_endpoint_gauges(scraper, "s0")) == set(shown)
