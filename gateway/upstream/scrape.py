@@ -54,6 +54,9 @@ MIN_STEPS = 20
 """Engine steps an interval must hold for its mean step time to count (fewer are one request's noise)."""
 UNREAD_STEPS = 64
 """Step times kept for routing to take: a gateway with no requests for a while reads the latest ones."""
+MAX_PAGE_BYTES = 8 * 1024 * 1024
+"""The longest ``/metrics`` page read (vLLM's are ~60 KB): a longer one fails its scrape. Read whole, a
+400 MB page takes the gateway to 2 GB and holds its event loop (its ``/health`` too) for seconds."""
 # Only the lines of those families reach the parser: a vLLM page is ~50 KB, mostly histogram buckets,
 # and parsing all of it held the event loop for ~5 ms per scrape; these ~20 lines take ~0.2 ms.
 _FAMILIES = (
@@ -74,6 +77,10 @@ def _wanted(text: str) -> str:
         for line in text.split("\n")
         if line.startswith(_KEEP) and not line.partition("{")[0].endswith("_created")
     )
+
+
+class PageTooLarge(ValueError):
+    """A ``/metrics`` page longer than :data:`MAX_PAGE_BYTES`: no vLLM's, and not read further."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -575,9 +582,7 @@ class Scraper:
     async def _scrape(self, ep: Endpoint) -> None:
         state = self.of(ep)
         try:
-            resp = await self.client.get(ep.base_url + "/metrics", timeout=self.timeout_s)
-            resp.raise_for_status()
-            reading = parse(resp.text, time.monotonic())
+            reading = parse(await self._fetch(ep.base_url + "/metrics"), time.monotonic())
         except (httpx.HTTPError, ValueError) as e:
             ep.queueing = False  # unknown: its time-outs count as faults again
             ep.others = 0.0  # unknown: the picker goes by the gateway's own requests alone
@@ -616,6 +621,12 @@ class Scraper:
                 configured,
                 configured,
             )
+
+    async def _fetch(self, url: str) -> str:
+        """An endpoint's page, read as it comes and given up past :data:`MAX_PAGE_BYTES`."""
+        async with self.client.stream("GET", url, timeout=self.timeout_s) as resp:
+            resp.raise_for_status()
+            return await _read_page(resp, MAX_PAGE_BYTES)
 
     def _tell_bare(self, ep: Endpoint, state: EndpointScrape, reading: Reading) -> None:
         """Say once that an endpoint's page, though it answers, has none of the vLLM series read from it.
@@ -721,6 +732,21 @@ class Scraper:
             for task in self.pending.values():
                 task.cancel()
             await asyncio.gather(*self.pending.values(), return_exceptions=True)
+
+
+async def _read_page(resp: httpx.Response, limit: int) -> str:
+    """The page's text, read chunk by chunk so that one past ``limit`` is never held whole."""
+    declared = resp.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PageTooLarge(f"/metrics page of {declared} bytes, over {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise PageTooLarge(f"/metrics page over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks).decode(resp.encoding or "utf-8", errors="replace")
 
 
 def _log_unexpected(task: asyncio.Task[None]) -> None:

@@ -714,3 +714,36 @@ def test_a_page_without_vllms_series_leaves_no_gauge_at_its_old_value(vllm_fixtu
     assert len(told) == 1 and told[0].levelname == "WARNING"
     asyncio.run(scraper.scrape_once())
     assert set(_endpoint_gauges(scraper, "s0")) == set(shown)
+
+
+def test_a_page_past_the_size_limit_fails_its_scrape_unread(vllm_fixture, monkeypatch):
+    """A 400 MB page, read whole, took the gateway to 2 GB and stalled its /health for seconds."""
+    import gateway.upstream.scrape as scrape
+
+    monkeypatch.setattr(scrape, "MAX_PAGE_BYTES", 256 * 1024)
+    page = vllm_fixture("ngram_metrics_under_load.txt").decode()
+    sent: dict[str, int] = {}
+
+    async def endless(host: str):
+        line = b'vllm:some_other_histogram_bucket{engine="0",le="1.0"} 1.0\n' * 1024
+        for _ in range(1000):  # some 60 MB, were it read to its end
+            sent[host] = sent.get(host, 0) + len(line)
+            yield line
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        declared = {"content-length": str(10**9)} if host == "s1" else {}
+        return httpx.Response(200, headers=declared, content=endless(host))
+
+    scraper, (s0, s1) = _scraper(handler)
+    asyncio.run(scraper.scrape_once())
+    for ep in (s0, s1):
+        state = scraper.of(ep)
+        assert (state.error, state.failures, state.reading) == ("PageTooLarge", 1, None)
+    assert sent.get("s1", 0) == 0  # its length said enough
+    assert sent["s0"] < 2 * scrape.MAX_PAGE_BYTES
+    fits = len(page.encode())
+    assert fits < scrape.MAX_PAGE_BYTES
+    scraper, (s0, _) = _scraper(lambda request: httpx.Response(200, text=page))
+    asyncio.run(scraper.scrape_once())
+    assert scraper.of(s0).reading is not None and scraper.of(s0).error is None
