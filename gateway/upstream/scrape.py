@@ -583,7 +583,7 @@ class Scraper:
         state = self.of(ep)
         try:
             reading = parse(await self._fetch(ep.base_url + "/metrics"), time.monotonic())
-        except (httpx.HTTPError, ValueError) as e:
+        except (httpx.HTTPError, ValueError, TimeoutError) as e:
             ep.queueing = False  # unknown: its time-outs count as faults again
             ep.others = 0.0  # unknown: the picker goes by the gateway's own requests alone
             if ep.stalled:  # unknown too: its health checks decide alone
@@ -623,10 +623,16 @@ class Scraper:
             )
 
     async def _fetch(self, url: str) -> str:
-        """An endpoint's page, read as it comes and given up past :data:`MAX_PAGE_BYTES`."""
-        async with self.client.stream("GET", url, timeout=self.timeout_s) as resp:
-            resp.raise_for_status()
-            return await _read_page(resp, MAX_PAGE_BYTES)
+        """An endpoint's page, read as it comes and given up past :data:`MAX_PAGE_BYTES`.
+
+        :attr:`timeout_s` bounds the whole of it: httpx's time-out bounds each read, so a page that
+        trickles in a few bytes at a time never timed out, and its endpoint, its scrape still pending,
+        was never asked again.
+        """
+        async with asyncio.timeout(self.timeout_s):
+            async with self.client.stream("GET", url, timeout=self.timeout_s) as resp:
+                resp.raise_for_status()
+                return await _read_page(resp, MAX_PAGE_BYTES)
 
     def _tell_bare(self, ep: Endpoint, state: EndpointScrape, reading: Reading) -> None:
         """Say once that an endpoint's page, though it answers, has none of the vLLM series read from it.

@@ -747,3 +747,33 @@ def test_a_page_past_the_size_limit_fails_its_scrape_unread(vllm_fixture, monkey
     scraper, (s0, _) = _scraper(lambda request: httpx.Response(200, text=page))
     asyncio.run(scraper.scrape_once())
     assert scraper.of(s0).reading is not None and scraper.of(s0).error is None
+
+
+def test_a_page_that_trickles_in_fails_its_scrape_at_the_time_out():
+    """httpx's time-out bounds each read: a page that came 4 bytes a second never failed, its scrape
+    stayed pending and the endpoint was never asked again."""
+    asked: list[str] = []
+
+    async def trickle():
+        while True:
+            yield b"# x\n"
+            await asyncio.sleep(0.005)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.host)
+        return httpx.Response(200, content=trickle())
+
+    scraper, (s0, _) = _scraper(handler)
+    scraper.interval_s, scraper.timeout_s = 0.01, 0.05
+
+    async def go() -> None:
+        for _ in range(100):  # each round waits one interval: up to 1 s in all, many time-outs
+            await asyncio.wait_for(scraper.scrape_once(), 10)  # the guard of a hung test, not a timing
+            if scraper.of(s0).failures >= 2:
+                break
+        for task in scraper.pending.values():
+            task.cancel()
+
+    asyncio.run(go())
+    state = scraper.of(s0)
+    assert state.failures >= 2 and state.error == "TimeoutError" and asked.count("s0") >= 2
