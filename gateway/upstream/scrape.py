@@ -430,6 +430,13 @@ class EndpointScrape:
         self.failures, self.error = 0, None
         ep.queueing = bool(reading.waiting) and stepping
         ep.others, ep.seats = others, capacity
+        if fresh:
+            log.info(
+                "endpoint %s/%s restarted (counters on its /metrics went down): its seats and its line"
+                " are learned afresh",
+                ep.pool,
+                ep.name,
+            )
 
     def snapshot(self) -> dict[str, Any]:
         r, iv = self.reading, self.last
@@ -589,9 +596,24 @@ class Scraper:
             if ep.stalled:  # unknown too: its health checks decide alone
                 ep.stalled = False
                 state.still_since = None
+            if not state.failures:  # told when they start failing, not at every scrape
+                log.warning(
+                    "endpoint %s/%s: scraping its /metrics fails (%s): its load, acceptance and step times"
+                    " are unknown until a scrape succeeds",
+                    ep.pool,
+                    ep.name,
+                    _why(e),
+                )
             state.failures += 1
             state.error = type(e).__name__
             return
+        if state.failures:
+            log.info(
+                "endpoint %s/%s: its /metrics is scraped again, after %d failed scrape(s)",
+                ep.pool,
+                ep.name,
+                state.failures,
+            )
         self._judge_stall(ep, state, reading)
         pool = self.pools.get(ep.pool)
         configured = pool.num_speculative_tokens if pool else None
@@ -753,6 +775,14 @@ async def _read_page(resp: httpx.Response, limit: int) -> str:
             raise PageTooLarge(f"/metrics page over {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks).decode(resp.encoding or "utf-8", errors="replace")
+
+
+def _why(error: Exception) -> str:
+    """What a failed scrape met, for the log (an HTTP status, else the error and its message)."""
+    if isinstance(error, httpx.HTTPStatusError):
+        return f"HTTP {error.response.status_code}"
+    text = str(error)[:200]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _log_unexpected(task: asyncio.Task[None]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 
 import httpx
@@ -777,3 +778,35 @@ def test_a_page_that_trickles_in_fails_its_scrape_at_the_time_out():
     asyncio.run(go())
     state = scraper.of(s0)
     assert state.failures >= 2 and state.error == "TimeoutError" and asked.count("s0") >= 2
+
+
+def test_scrapes_that_start_failing_recover_or_see_a_restart_are_told_once_each(vllm_fixture, caplog):
+    """An operator whose vLLM serves no /metrics (a 404) never heard of it; nor of a restart."""
+    caplog.set_level(logging.INFO, logger="specroute.scrape")
+    under, before = (vllm_fixture(f"ngram_metrics_{x}.txt").decode() for x in ("under_load", "before"))
+    answers = iter(
+        [
+            httpx.Response(200, text=under),
+            httpx.Response(404, text="Not Found"),
+            httpx.Response(404, text="Not Found"),
+            httpx.Response(500, text="Internal Server Error"),
+            httpx.Response(200, text=under),
+            httpx.Response(200, text=under),
+            httpx.Response(200, text=before),  # its counters went down: a new process
+            httpx.Response(200, text=before),
+        ]
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503) if request.url.host == "s1" else next(answers)
+
+    scraper, _ = _scraper(handler)
+    for _ in range(8):
+        asyncio.run(scraper.scrape_once())
+    told = [(r.levelname, r.getMessage()) for r in caplog.records if "s0" in r.getMessage()]
+    assert [level for level, _ in told] == ["WARNING", "INFO", "INFO"], told
+    assert "fails (HTTP 404)" in told[0][1]
+    assert "after 3 failed scrape(s)" in told[1][1]
+    assert "restarted" in told[2][1]
+    failing = [r.getMessage() for r in caplog.records if "s1" in r.getMessage()]
+    assert len(failing) == 1 and "HTTP 503" in failing[0]
