@@ -666,7 +666,9 @@ class Upstreams:
             try:
                 return await post(fresh=True)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as again:
-                if isinstance(again, aiohttp.ClientConnectorError):
+                if target is None or isinstance(again, aiohttp.ClientConnectorError):
+                    # through aiohttp (TLS) the resend may not have had a new connection, and a server
+                    # that refuses the gateway's certificate drops it after the handshake: not reached
                     raise
                 raise _DroppedAgain(str(again)) from again
 
