@@ -365,7 +365,8 @@ def check_model(model: Any, models: frozenset[str]) -> None:
     if model and model not in models:
         shown = model if len(model) <= 256 else model[:256] + "..."
         known = ", ".join(sorted(models))
-        raise APIError(404, f"The model `{shown}` does not exist. Valid models: {known}.", param="model")
+        # vLLM 0.32's words, "aliases" included
+        raise APIError(404, f"The model `{shown}` does not exist. Valid aliases: {known}.", param="model")
 
 
 def _embeds_only(payload: dict[str, Any], api: Api) -> bool:

@@ -16,6 +16,7 @@ from gateway.api.errors import APIError
 from gateway.api.routes import unless_disconnected
 from gateway.types import CLIENT_SCOPE_KEY, ClientState
 from tests.api.conftest import API_KEY, MODEL, InProcess, metric
+from tests.conftest import FIXTURES
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
 NOWHERE = {"endpoints": [{"name": "gone", "url": "http://127.0.0.1:9"}], "models": [MODEL]}
@@ -253,6 +254,12 @@ def test_an_empty_model_name_is_the_upstreams_default_as_vllm_reads_it() -> None
             assert r.status_code == 200, (path, r.text[:300])
         wrong = stack.request("POST", "/v1/completions", json={"model": "nope", "prompt": "hi"})
         assert wrong.status_code == 404 and wrong.json()["error"]["param"] == "model"
+        # vLLM's own error, word for word (tests/fixtures: a real vLLM 0.32's answer)
+        vllm = orjson.loads((FIXTURES / "error_unknown_model.txt").read_bytes().split(b"\n", 1)[0])
+        assert wrong.json()["error"] == {
+            **vllm["error"],
+            "message": vllm["error"]["message"].replace("tiny-target", MODEL),
+        }
 
 
 def test_another_method_on_a_route_of_the_gateway_is_a_405_that_names_the_allowed_ones() -> None:
