@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from gateway.api.errors import APIError
 from gateway.routing.policy import Api
 
@@ -130,22 +132,47 @@ def whole(value: Any) -> int | None:
     return None
 
 
+#: how vLLM's request models (pydantic, lax mode) read a scalar field sent as a string: "0.5", "8",
+#: "false" are a number, an integer and a boolean there
+_LAX: dict[tuple[str, ...], TypeAdapter[Any]] = {
+    ("integer",): TypeAdapter(int),
+    ("number",): TypeAdapter(float),
+    ("boolean",): TypeAdapter(bool),
+}
+
+
+def lax(value: str, types: tuple[str, ...]) -> Any:
+    """The value vLLM reads from a scalar field sent as a string, or None where it refuses it."""
+    adapter = _LAX.get(types)
+    if adapter is None:
+        return None
+    try:
+        read = adapter.validate_python(value)
+    except ValidationError:
+        return None
+    return read if type(read) is not int or MIN_INT <= read <= MAX_INT else None
+
+
 def _check_fields(
     obj: dict[str, Any],
     allowed: dict[str, frozenset[type]],
     table: dict[str, tuple[str, ...]],
     prefix: str = "",
 ) -> None:
-    wholes = None
+    read_as = None
     for name, value in obj.items():
         types = allowed.get(name)
         if types is not None and type(value) not in types and type(value) is not _NONE:
             if "integer" in table[name] and (n := whole(value)) is not None:
-                wholes = {**(wholes or {}), name: n}
+                read_as = {**(read_as or {}), name: n}
+                continue
+            if type(value) is str and (v := lax(value, table[name])) is not None:
+                read_as = {**(read_as or {}), name: v}
                 continue
             raise _wrong_type(prefix + name, table[name], value)
-    if wholes:
-        obj.update(wholes)  # read as integers from here on (the body forwarded as sent says the same)
+    if read_as:
+        # read as vLLM reads them from here on (the body forwarded as sent says the same to vLLM)
+        obj.update(read_as)
 
 
 def _check(value: Any, param: str, types: tuple[str, ...]) -> None:
@@ -157,7 +184,9 @@ def check_types(payload: dict[str, Any], api: Api) -> None:
     """Raise a 400 naming the first field whose JSON type the API does not allow.
 
     An integer field written as a whole decimal (``"max_tokens": 100.0``) is the integer, as vLLM's
-    request models read it, and is replaced by it in ``payload``; a fraction is refused.
+    request models read it, and is replaced by it in ``payload``; a fraction is refused. So is a number,
+    integer or boolean written as a string that vLLM's models read (``"temperature": "0.5"``,
+    ``"stream": "false"``): the gateway routes on what vLLM will do.
     """
     _check_fields(payload, _ALLOWED[api], FIELDS[api])
     opts = payload.get("stream_options")

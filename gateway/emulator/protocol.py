@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from pydantic import TypeAdapter, ValidationError
 
 from gateway.emulator.config import EmulatorConfig
 from gateway.emulator.engine import Seq
@@ -103,8 +104,22 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return data
 
 
+# vLLM's request models read a scalar sent as a string as pydantic's lax mode does ("8", "0.5", "false")
+_LAX_INT, _LAX_FLOAT, _LAX_BOOL = TypeAdapter(int), TypeAdapter(float), TypeAdapter(bool)
+
+
+def _lax(adapter: TypeAdapter[Any], v: Any) -> Any:
+    """``v`` as vLLM reads a string for the field's type; ``v`` itself where it is no such string."""
+    if isinstance(v, str):
+        try:
+            return adapter.validate_python(v)
+        except ValidationError:
+            return v
+    return v
+
+
 def _get_int(d: dict[str, Any], name: str, default: int | None) -> int | None:
-    v = d.get(name, default)
+    v = _lax(_LAX_INT, d.get(name, default))
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not v.is_integer()):
@@ -113,7 +128,7 @@ def _get_int(d: dict[str, Any], name: str, default: int | None) -> int | None:
 
 
 def _get_float(d: dict[str, Any], name: str, default: float | None) -> float | None:
-    v = d.get(name, default)
+    v = _lax(_LAX_FLOAT, d.get(name, default))
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
@@ -122,7 +137,7 @@ def _get_float(d: dict[str, Any], name: str, default: float | None) -> float | N
 
 
 def _get_bool(d: dict[str, Any], name: str, default: bool) -> bool:
-    v = d.get(name, default)
+    v = _lax(_LAX_BOOL, d.get(name, default))
     if v is None:
         return default
     if not isinstance(v, bool):
@@ -171,8 +186,8 @@ def _stream_options(d: dict[str, Any], stream: bool) -> tuple[bool, bool]:
         return False, False
     if not isinstance(so, dict):
         raise _type_error("dict_type", "stream_options", so)
-    include = so.get("include_usage", False)
-    cont = so.get("continuous_usage_stats", False)
+    include = _lax(_LAX_BOOL, so.get("include_usage", False))
+    cont = _lax(_LAX_BOOL, so.get("continuous_usage_stats", False))
     if not isinstance(include, bool) or not isinstance(cont, bool):
         raise validation_error(
             "bool_type", ["body", "stream_options", "include_usage"], _TYPE_MSGS["bool_type"], so

@@ -14,7 +14,11 @@ from gateway.routing.features import extract
 @pytest.mark.parametrize(
     ("body", "param", "says"),
     [
-        (b'{"prompt": "x", "max_tokens": "5"}', "max_tokens", "'max_tokens' must be an integer"),
+        (b'{"prompt": "x", "max_tokens": "five"}', "max_tokens", "'max_tokens' must be an integer"),
+        (b'{"prompt": "x", "max_tokens": "5.5"}', "max_tokens", "'max_tokens' must be an integer"),
+        (b'{"prompt": "x", "temperature": "warm"}', "temperature", "'temperature' must be a number"),
+        (b'{"prompt": "x", "stream": "2"}', "stream", "'stream' must be a boolean"),
+        (b'{"prompt": "x", "seed": "18446744073709551616"}', "seed", "'seed' must be an integer"),
         (b'{"prompt": "x", "seed": 1.5}', "seed", "'seed' must be an integer"),
         # JSON integers past 64 bits come out of the parser as floats: the client sent an integer
         (b'{"prompt": "x", "seed": 18446744073709551616}', "seed", "'seed' is out of range"),
@@ -43,6 +47,33 @@ def test_an_integer_written_as_a_whole_decimal_is_that_integer() -> None:
     assert payload == {"prompt": "x", "max_tokens": 100, "n": 1, "seed": 100, "temperature": 1.0}
     assert all(type(payload[k]) is int for k in ("max_tokens", "n", "seed"))
     assert type(payload["temperature"]) is float  # a number field stays as sent
+
+
+def test_a_scalar_sent_as_a_string_is_read_as_vllm_reads_it() -> None:
+    """vLLM's request models (pydantic, lax mode) read "0.5", "8" and "false" as a number, an integer
+    and a boolean: the gateway serves them too, and routes on what vLLM will read (a stream of "true" is a
+    stream)."""
+    payload = orjson.loads(
+        b'{"prompt": "x", "temperature": "0.5", "max_tokens": "8", "n": " 1 ", "stream": "true",'
+        b' "echo": "no", "top_p": "1", "stream_options": {"include_usage": "yes"}}'
+    )
+    check_types(payload, "completions")
+    assert payload == {
+        "prompt": "x",
+        "temperature": 0.5,
+        "max_tokens": 8,
+        "n": 1,
+        "stream": True,
+        "echo": False,
+        "top_p": 1.0,
+        "stream_options": {"include_usage": True},
+    }
+    assert type(payload["max_tokens"]) is int and type(payload["top_p"]) is float
+    chat = {"messages": [{"role": "user", "content": "hi"}], "logprobs": "false", "top_logprobs": "2"}
+    check_types(chat, "chat")
+    assert chat["logprobs"] is False and chat["top_logprobs"] == 2
+    with pytest.raises(APIError):  # a string field stays a string: a number is not read as one
+        check_types({"prompt": "x", "user": 5}, "completions")
 
 
 def test_a_completion_may_give_its_prompt_as_embeddings_alone() -> None:

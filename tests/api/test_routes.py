@@ -501,3 +501,22 @@ def test_a_photo_sent_inline_fits_the_default_body_limit() -> None:
     with InProcess() as stack:
         r = stack.request("POST", "/v1/chat/completions", json=body)
         assert r.status_code == 200, r.text[:300]
+
+
+def test_scalars_sent_as_strings_are_served_as_vllm_serves_them() -> None:
+    """``"stream": "true"``, ``"max_tokens": "4"``, ``"temperature": "0.5"``: vLLM's request models read
+    them (pydantic, lax mode), so the gateway serves them, and a stream of "true" is streamed."""
+    with InProcess() as stack:
+        for pool in ("baseline", "speculative"):
+            headers = {"x-specroute-pool": pool}
+            body = {"model": MODEL, "prompt": "Say hi.", "max_tokens": "4", "temperature": "0.5"}
+            streamed = stack.request(
+                "POST", "/v1/completions", json={**body, "stream": "true"}, headers=headers
+            )
+            assert streamed.status_code == 200, streamed.text
+            assert streamed.headers["content-type"].startswith("text/event-stream")
+            assert streamed.text.rstrip().endswith("data: [DONE]")
+            chat = {**CHAT, "max_tokens": "4", "stream": "false"}
+            whole = stack.request("POST", "/v1/chat/completions", json=chat, headers=headers)
+            assert whole.status_code == 200, whole.text
+            assert whole.json()["usage"]["completion_tokens"] == 4
