@@ -668,9 +668,8 @@ async def model(request: Request) -> Response:
 async def _model_entries(gw: Gateway) -> dict[str, dict[str, Any]]:
     """Every served model's entry by name, with the upstream's own fields where an endpoint answers.
 
-    Only fields that describe the model are kept: vLLM's ``root`` is the path of the weights on the
-    upstream's disk (kept only when it is a model name), and ``parent`` and ``permission`` say
-    nothing a client needs.
+    vLLM's fields are kept, but its ``root`` and ``parent`` only where they are model names: ``root`` is
+    often the path of the weights on the upstream's disk (``parent`` names a LoRA adapter's base model).
     """
     entries: dict[str, dict[str, Any]] = {}
     for pool in gw.upstreams.pools.values():
@@ -690,14 +689,14 @@ async def _model_entries(gw: Gateway) -> dict[str, dict[str, Any]]:
     return entries
 
 
-_MODEL_FIELDS = ("id", "object", "created", "owned_by", "max_model_len")
+_NAMES = ("root", "parent")  # model names, or paths on the upstream's disk
 
 
 def _public_model(entry: dict[str, Any]) -> dict[str, Any]:
-    out = {k: entry[k] for k in _MODEL_FIELDS if k in entry}
-    root = entry.get("root")
-    if isinstance(root, str) and not _looks_like_path(root):
-        out["root"] = root
+    out = {}
+    for key, value in entry.items():
+        if key not in _NAMES or value is None or (isinstance(value, str) and not _looks_like_path(value)):
+            out[key] = value
     return out
 
 

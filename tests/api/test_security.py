@@ -78,7 +78,9 @@ def test_models_list_drops_the_upstreams_weight_path() -> None:
         (entry,) = orjson.loads(response.content)["data"]
         assert WEIGHTS not in response.text
         assert entry["id"] == MODEL and entry["owned_by"] == "vllm" and entry["max_model_len"] == 512
-        assert set(entry) <= {"id", "object", "created", "owned_by", "max_model_len", "root"}
+        # vLLM's entry otherwise as it wrote it: permission, parent (a LoRA adapter's base model)
+        assert set(entry) == {"id", "object", "created", "owned_by", "max_model_len", "parent", "permission"}
+        assert entry["parent"] is None and entry["permission"][0]["object"] == "model_permission"
 
 
 def test_one_model_is_retrieved_as_its_list_entry_and_an_unknown_one_is_a_404() -> None:
@@ -87,7 +89,9 @@ def test_one_model_is_retrieved_as_its_list_entry_and_an_unknown_one_is_a_404() 
         response = stack.request("GET", f"/v1/models/{MODEL}")
         assert response.status_code == 200
         one = orjson.loads(response.content)
-        assert one == {**listed, "created": one["created"]} and WEIGHTS not in response.text
+        # vLLM draws a new permission id and time at each answer
+        fresh = {"created": one["created"], "permission": one["permission"]}
+        assert one == {**listed, **fresh} and WEIGHTS not in response.text
         missing = stack.request("GET", "/v1/models/org/no-such-model")
         assert missing.status_code == 404
         err = missing.json()["error"]
@@ -302,3 +306,12 @@ def test_upstream_failures_map_to_statuses_in_one_place():
     for error, status in cases:
         api = from_upstream(error)
         assert (api.status, api.message) == (status, error.message)
+
+
+def test_a_model_entry_keeps_names_and_drops_paths() -> None:
+    from gateway.api.routes import _public_model
+
+    adapter = {"id": "sql-lora", "object": "model", "root": "/srv/loras/sql", "parent": "Qwen/Qwen3-32B"}
+    assert _public_model(adapter) == {"id": "sql-lora", "object": "model", "parent": "Qwen/Qwen3-32B"}
+    local = {"id": "m", "root": "Qwen/Qwen3-32B", "parent": "./weights", "permission": []}
+    assert _public_model(local) == {"id": "m", "root": "Qwen/Qwen3-32B", "permission": []}
