@@ -31,6 +31,16 @@ API_KEY = "test-key"
 T = TypeVar("T")
 
 
+async def read_body(receive: Any) -> bytes:
+    """A request's whole body from its ASGI messages."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
 class KeyedUpstream:
     """An upstream as ``vllm serve --api-key`` runs it: ``/v1/*`` needs the key; every header is noted."""
 
@@ -164,12 +174,7 @@ class Echo:
             await self.inner(scope, receive, send)
             return
         self.calls += 1
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = dict(scope["headers"])
         echo = {
             "method": scope["method"],

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from gateway.api.errors import APIError
 from gateway.api.routes import unless_disconnected
 from gateway.types import CLIENT_SCOPE_KEY, ClientState
-from tests.api.conftest import API_KEY, MODEL, InProcess, metric
+from tests.api.conftest import API_KEY, MODEL, InProcess, metric, read_body
 from tests.conftest import FIXTURES
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
@@ -314,13 +314,7 @@ class Recorder:
         if scope["type"] != "http" or scope["path"] != self.path:
             await self.inner(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body = await read_body(receive)
         self.bodies.append(body)
         replayed = False
 

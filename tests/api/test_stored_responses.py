@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from gateway.app import create_app, fast_path
 from gateway.config import load_settings
 from gateway.stack import demo_config, free_port
+from tests.api.conftest import read_body
 
 MODEL = "demo-model"
 FORCE_SPEC = {"x-specroute-pool": "speculative"}
@@ -40,12 +41,7 @@ class Storing:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         method, path = scope["method"], scope["path"]
         if not path.startswith("/v1/responses"):
             await _answer(send, 200, b"", "text/plain")  # /health, /metrics
