@@ -34,6 +34,7 @@ __all__ = [
     "Settings",
     "Strategy",
     "load_settings",
+    "unsendable",
 ]
 
 ENV_PREFIX = "SPECROUTE_"
@@ -56,6 +57,23 @@ class _Conflict(ValueError):
     def __init__(self, message: str, *fields: str):
         super().__init__(message)
         self.fields = fields
+
+
+def unsendable(key: str) -> str | None:
+    """What in ``key`` cannot travel in an ``Authorization`` header as written, or None when nothing.
+
+    A line break or another control character would end the header (every HTTP client refuses to send
+    it), and a character beyond ASCII leaves as different bytes depending on the client (latin-1 from
+    the gateway's own, UTF-8 from aiohttp) and is read back as latin-1 by the server that receives it,
+    so it never compares equal to the key as written.
+    """
+    if "\n" in key or "\r" in key:
+        return "a line break"
+    if not key.isascii():
+        return "a character outside ASCII"
+    if not key.isprintable():
+        return "a control character"
+    return None
 
 
 class _Strict(BaseModel):
@@ -267,13 +285,16 @@ class AuthConfig(_Strict):
     @classmethod
     def _sendable(cls, value: list[str] | str | None) -> list[str] | str | None:
         """Keys a client can send: the bearer token received is stripped, so an empty key, or one with
-        whitespace at either end, would never match, and an empty ``admin_key`` or ``metrics_key``
-        would read as unset and leave its route open (a Secret that came out empty, say)."""
+        whitespace at either end, would never match, nor would one a header cannot carry (see
+        :func:`unsendable`); an empty ``admin_key`` or ``metrics_key`` would read as unset and leave its
+        route open (a Secret that came out empty, say)."""
         for key in [value] if isinstance(value, str) else value or []:
             if not key.strip():
                 raise ValueError("a key must not be empty")
             if key != key.strip():
                 raise ValueError("a key must not begin or end with whitespace: no client can send it")
+            if (why := unsendable(key)) is not None:
+                raise ValueError(f"a key must be printable ASCII, not hold {why}: no client can send it")
         return value
 
 

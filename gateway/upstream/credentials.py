@@ -20,26 +20,42 @@ import aiohttp
 from pydantic import SecretStr
 from yarl import URL
 
-from gateway.config import ConfigError, PoolName, Settings, UpstreamKeyConfig
+from gateway.config import ConfigError, PoolName, Settings, UpstreamKeyConfig, unsendable
 from gateway.upstream.pool import Endpoint, Pool
 
 
 def read_key(cfg: UpstreamKeyConfig, where: str) -> SecretStr | None:
-    """The key from ``cfg``'s source, or None when it names none; :class:`ConfigError` if unreadable."""
+    """The key from ``cfg``'s source, or None when it names none; :class:`ConfigError` if unusable.
+
+    Unusable is also a key no header can carry (:func:`~gateway.config.unsendable`): taken, it would
+    fail every call to its upstream inside the HTTP client, requests and health checks alike.
+    """
     if cfg.api_key_env is not None:
-        value = os.environ.get(cfg.api_key_env, "").strip()
-        if not value:
-            raise ConfigError(f"{where}.api_key_env: environment variable {cfg.api_key_env} is not set")
-        return SecretStr(value)
-    if cfg.api_key_file is not None:
+        field, value = f"{where}.api_key_env", os.environ.get(cfg.api_key_env)
+        if value is None:
+            raise ConfigError(f"{field}: environment variable {cfg.api_key_env} is not set")
+        source = f"environment variable {cfg.api_key_env}"
+    elif cfg.api_key_file is not None:
+        field = f"{where}.api_key_file"
         try:
-            value = cfg.api_key_file.read_text().strip()
+            value = cfg.api_key_file.read_text()
         except OSError as e:
-            raise ConfigError(f"{where}.api_key_file: cannot read {cfg.api_key_file}: {e.strerror}") from None
-        if not value:
-            raise ConfigError(f"{where}.api_key_file: {cfg.api_key_file} is empty")
-        return SecretStr(value)
-    return None
+            raise ConfigError(f"{field}: cannot read {cfg.api_key_file}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{field}: {cfg.api_key_file} is not text") from None
+        source = str(cfg.api_key_file)
+    else:
+        return None
+    return SecretStr(_usable(value.strip(), field, source))
+
+
+def _usable(key: str, field: str, source: str) -> str:
+    """``key`` if a header can carry it; else :class:`ConfigError` naming ``field``, never the key."""
+    if not key:
+        raise ConfigError(f"{field}: {source} is empty")
+    if (why := unsendable(key)) is not None:
+        raise ConfigError(f"{field}: the key in {source} holds {why}; a key must be printable ASCII")
+    return key
 
 
 #: the most call paths whose discovered endpoint's key is remembered at once

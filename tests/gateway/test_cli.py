@@ -95,6 +95,28 @@ def test_bad_values_from_several_sources_each_name_theirs(tmp_path: Path) -> Non
     assert "server.port" in line and "(from environment variable SPECROUTE_SERVER__PORT)" in line
 
 
+def test_an_upstream_key_no_header_can_carry_is_invalid_configuration(tmp_path: Path) -> None:
+    key = tmp_path / "upstream.key"
+    key.write_text(f"{SECRET}\nsecond-line\n")
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **BASE,
+                "pools": {
+                    **BASE["pools"],
+                    "baseline": {**BASE["pools"]["baseline"], "api_key_file": str(key)},
+                },
+            }
+        )
+    )
+    proc = specroute("serve", "-c", str(path))
+    line = one_line(proc)
+    assert proc.returncode == 2
+    assert line.startswith("pools.baseline.api_key_file: ") and "line break" in line
+    assert SECRET not in line, "a key must never be echoed"
+
+
 def test_a_yaml_error_names_the_file_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "gw.yaml"
     path.write_text("pools:\n  speculative: [unclosed\n")

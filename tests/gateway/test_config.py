@@ -158,6 +158,10 @@ def test_precedence_flag_over_environment_over_file(tmp_path, monkeypatch):
         # a key no client can send: every request would be refused
         ("SPECROUTE_AUTH__API_KEYS", '["k1", ""]', "auth.api_keys"),
         ("SPECROUTE_AUTH__API_KEYS", '["k1 "]', "auth.api_keys"),
+        # a header carries printable ASCII: the bytes a client sends could never equal such a key
+        ("SPECROUTE_AUTH__API_KEYS", '["k1", "caf\\u00e9"]', "auth.api_keys"),
+        ("SPECROUTE_AUTH__ADMIN_KEY", "admin\nkey", "auth.admin_key"),
+        ("SPECROUTE_AUTH__METRICS_KEY", "scrape\u2019key", "auth.metrics_key"),
     ],
 )
 def test_a_key_no_client_can_send_is_refused(tmp_path, monkeypatch, variable, value, key):

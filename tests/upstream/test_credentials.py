@@ -145,6 +145,50 @@ def test_one_url_with_two_different_keys_stops_start_up(
     assert found is not None and found.get_secret_value() == "env-secret"
 
 
+@pytest.mark.parametrize(
+    ("source", "text", "problem"),
+    [
+        ("file", "key-text\nsecond-line\n", "holds a line break"),  # a Secret of two lines
+        ("env", "key-text\u2019s", "holds a character outside ASCII"),  # a pasted quotation mark
+        ("env", "key-text\tmore", "holds a control character"),
+    ],
+)
+def test_a_key_no_header_can_carry_stops_start_up_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, text: str, problem: str
+) -> None:
+    """Taken, such a key would fail every call to the upstream inside the HTTP client: each request a
+    500 with no failover, each health check a traceback."""
+    if source == "file":
+        (tmp_path / "key").write_text(text)
+        where: dict[str, str] = {"api_key_file": str(tmp_path / "key")}
+    else:
+        monkeypatch.setenv("UPKEY", text)
+        where = {"api_key_env": "UPKEY"}
+    pool = {"endpoints": [{"name": "e", "url": "http://127.0.0.1:9"}], "models": ["m"]}
+    settings = load_settings(overrides={"pools": {"speculative": pool, "baseline": {**pool, **where}}})
+    with pytest.raises(ConfigError) as err:
+        UpstreamKeys(settings, {})
+    (field,) = where
+    message = str(err.value)
+    assert message.startswith(f"pools.baseline.{field}: ") and problem in message
+    assert "key-text" not in message, "a key is never shown"
+
+
+def test_an_empty_key_variable_is_called_empty_not_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = {"endpoints": [{"name": "e", "url": "http://127.0.0.1:9"}], "models": ["m"]}
+    settings = load_settings(
+        overrides={"pools": {"speculative": pool, "baseline": {**pool, "api_key_env": "UPKEY"}}}
+    )
+    monkeypatch.setenv("UPKEY", "  ")
+    with pytest.raises(
+        ConfigError, match=r"^pools\.baseline\.api_key_env: environment variable UPKEY is empty$"
+    ):
+        UpstreamKeys(settings, {})
+    monkeypatch.delenv("UPKEY")
+    with pytest.raises(ConfigError, match=r"environment variable UPKEY is not set$"):
+        UpstreamKeys(settings, {})
+
+
 async def test_an_address_moved_to_the_other_pool_is_sent_with_that_pools_key(
     key_file: Path,
 ) -> None:
