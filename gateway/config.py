@@ -716,6 +716,34 @@ def _env_decode_error(err: SettingsError) -> str:
     )
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping.
+
+    PyYAML keeps the last of two equal keys without a word: a section written twice (``auth:`` near the
+    top with the keys, again further down with one flag) would lose the first one whole, and a gateway
+    meant to ask for keys would start open. YAML itself says a mapping's keys are unique.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_at: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: keys written here override it
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = first_at.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the safe loader itself says what is wrong with it
+                continue
+            if first is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key {key!r} is given twice (first on line {first.line + 1}); one would be lost",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
 def _yaml_problem(path: str | Path, err: yaml.YAMLError) -> str:
     """A YAML error in one line, with the line and column it was found at."""
     mark = getattr(err, "problem_mark", None)
@@ -831,7 +859,7 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            raw = yaml.safe_load(Path(path).read_text())
+            raw = yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader)  # a safe loader
         except OSError as e:
             raise ConfigError(f"cannot read configuration {path}: {e.strerror}") from None
         except yaml.YAMLError as e:

@@ -108,6 +108,35 @@ def test_unreadable_and_malformed_files(tmp_path):
         load_settings(bad)
 
 
+POOLS_YAML = """\
+pools:
+  speculative: &pool
+    endpoints: [{name: s0, url: "http://127.0.0.1:9001"}]
+    models: [m]
+  baseline:
+    <<: *pool
+    endpoints: [{name: b0, url: "http://127.0.0.1:9002"}]
+"""
+
+
+def test_a_key_written_twice_is_refused_with_its_line(tmp_path):
+    """YAML keeps the last of two equal keys without a word: a second ``auth`` without keys would leave
+    the gateway open. A merge (``<<``) is no repeat: the keys written beside it override it by design."""
+    path = tmp_path / "c.yaml"
+    path.write_text(POOLS_YAML)
+    assert load_settings(path).pools.baseline.endpoints[0].name == "b0"
+    path.write_text(f"auth:\n  api_keys: [client-secret]\n{POOLS_YAML}auth:\n  metrics_public: true\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert str(err.value) == (
+        f"configuration {path}:10:1 is not valid YAML: the key 'auth' is given twice (first on line 1);"
+        " one would be lost"
+    )
+    path.write_text(POOLS_YAML.replace("    models: [m]\n", "    models: [m]\n    models: [other]\n"))
+    with pytest.raises(ConfigError, match=r":5:5 is not valid YAML: the key 'models' is given twice"):
+        load_settings(path)
+
+
 def test_serve_command_fails_with_the_field_name(tmp_path):
     import subprocess
     import sys
