@@ -77,7 +77,14 @@ def unsendable(key: str) -> str | None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A section: unknown keys refused, and every number finite.
+
+    A bound like ``gt=0`` lets infinity through, and no setting means it: an infinite time-out breaks
+    the clients it is given to (every health check raised in aiohttp, and a dead endpoint stayed in),
+    an infinite interval or weight breaks the arithmetic done with it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class UpstreamKeyConfig(_Strict):

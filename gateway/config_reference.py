@@ -33,7 +33,8 @@ command line. Precedence, highest first: flag (`--host`, `--port`, `--workers`),
 default. Every key can be set from the environment as `SPECROUTE_<SECTION>__<KEY>` (upper case, `__`
 between levels), e.g. `SPECROUTE_ROUTING__STRATEGY=always-baseline`; lists and mappings are written as
 JSON there, e.g. `SPECROUTE_AUTH__API_KEYS='["k1", "k2"]'`, and `null` unsets a key the file gives
-(`SPECROUTE_ROUTING__STATE_FILE=null`). Unknown keys are refused, and so is a
+(`SPECROUTE_ROUTING__STATE_FILE=null`). A number must be finite (`.inf` and `.nan` are refused). Unknown
+keys are refused, and so is a key written twice in one mapping of the file, and a
 `SPECROUTE_` variable that sets no setting (`SPECROUTE_ROUTNG__STRATEGY`), with a "did you mean". Not
 settings, and accepted: the variables the project uses itself (`NON_SETTING_ENV` in `gateway/config.py`,
 e.g. `SPECROUTE_GIT_REVISION`, `SPECROUTE_RUN_TOKEN`), a variable an `api_key_env` names, and the

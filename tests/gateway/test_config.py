@@ -99,6 +99,27 @@ def test_invalid_configuration_names_the_field(tmp_path, patch, field):
     assert field in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("health", "timeout_s", ".inf"),  # every check raised in aiohttp; a dead endpoint stayed in
+        ("timeouts", "total_s", ".inf"),
+        ("routing", "margin", ".inf"),
+        ("server", "shutdown_grace_s", ".nan"),
+    ],
+)
+def test_a_number_that_is_not_finite_is_refused(tmp_path, monkeypatch, section, key, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(BASE) + f"{section}:\n  {key}: {value}\n")
+    with pytest.raises(
+        ConfigError, match=rf"^invalid configuration: {section}\.{key}: .*finite number \(from "
+    ):
+        load_settings(path)
+    monkeypatch.setenv(f"SPECROUTE_{section.upper()}__{key.upper()}", value.lstrip("."))
+    with pytest.raises(ConfigError, match=rf"{section}\.{key}: .*finite.*\(from environment variable"):
+        load_settings(_write(tmp_path, BASE))
+
+
 def test_unreadable_and_malformed_files(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(tmp_path / "missing.yaml")
