@@ -35,6 +35,8 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
     except (httpx.HTTPError, OSError) as e:  # OSError: a socket or TLS error the transport let through
         ok, cause = False, failure(e, health.timeout_s)
         silent = cause == no_answer(health.timeout_s)
+    except Exception as e:  # whatever else the client raises: the check got no answer
+        ok, cause = False, unforeseen(e)
     if ok and endpoint.stalled:  # its server answers; its engine hangs (the scrape said so and why)
         ok, cause = False, "its engine takes no step"
     if ok != endpoint.healthy:
@@ -119,9 +121,21 @@ def failure(error: httpx.HTTPError | OSError, timeout_s: float) -> str:
     return str(error).strip() or type(error).__name__
 
 
+def unforeseen(error: Exception) -> str:
+    """The cause of a check the client failed in a way no transport error covers, in one line.
+
+    Such an error repeats on every check (a header the client refuses to send, a time-out it cannot
+    arm), so it fails the check like any other, said once where the endpoint turns unhealthy, not as
+    a traceback every ``health.interval_s``.
+    """
+    text = " ".join(str(error).split())
+    return f"the HTTP client failed: {type(error).__name__}" + (f": {text}" if text else "")
+
+
 async def check_all(client: httpx.AsyncClient, pools: list[Pool], health: HealthConfig) -> None:
-    """Check every endpoint; a check that fails in an unforeseen way is logged and leaves its endpoint
-    as it was, so that neither start-up nor the loop stops on it."""
+    """Check every endpoint; a check that fails in an unforeseen way beyond its call (the client's own
+    failures fail the check) is logged and leaves its endpoint as it was, so that neither start-up nor
+    the loop stops on it."""
     endpoints = [e for p in pools for e in p.endpoints]
     results = await asyncio.gather(*(check(client, e, health) for e in endpoints), return_exceptions=True)
     for endpoint, result in zip(endpoints, results, strict=True):

@@ -102,15 +102,16 @@ async def test_silence_names_the_time_out_setting(caplog: pytest.LogCaptureFixtu
     assert caplog.records[0].getMessage().endswith(": no answer within 1.5 s (health.timeout_s)")
 
 
-async def test_a_check_that_fails_unforeseen_stops_neither_the_round_nor_the_others(
+async def test_a_client_that_fails_unforeseen_fails_the_check_in_one_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Start-up and the loop run every check in one round: one raising what no transport error covers
-    is logged and leaves its endpoint as it was, and the others are still checked."""
+    """What no transport error covers (aiohttp's overflow on an infinite time-out, a header it refuses)
+    repeats on every check: the endpoint is taken out like one that does not answer, said in one line
+    when it turns unhealthy, not a traceback every interval; the round checks the others as usual."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.host == "odd":
-            raise RuntimeError("a bug beneath the client")
+            raise OverflowError("timestamp too large\nto convert to C _PyTime_t")
         return httpx.Response(200)
 
     odd = Endpoint(pool="baseline", name="odd-0", base_url="http://odd:8000")
@@ -120,10 +121,44 @@ async def test_a_check_that_fails_unforeseen_stops_neither_the_round_nor_the_oth
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
         with caplog.at_level(logging.WARNING, logger="specroute.health"):
             await check_all(client, [pool], HealthConfig())
-    assert odd.healthy and fine.healthy
+            await check_all(client, [pool], HealthConfig())
+    assert not odd.healthy and fine.healthy
+    assert [(r.levelno, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            "endpoint baseline/odd-0 is unhealthy: GET http://odd:8000/health: the HTTP client failed:"
+            " OverflowError: timestamp too large to convert to C _PyTime_t",
+            None,
+        ),
+        (logging.WARNING, "endpoint baseline/base-0 is healthy", None),
+    ]
+
+
+async def test_a_check_that_fails_beyond_its_call_stops_neither_the_round_nor_the_others(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start-up and the loop run every check in one round: one that raises after its call (a bug in
+    the gateway's own bookkeeping) is logged and leaves its endpoint as it was, and the others are
+    still checked."""
+    odd = Endpoint(pool="baseline", name="odd-0", base_url="http://odd:8000")
+    fine = Endpoint(pool="baseline", name="base-0", base_url="http://base-0:8000")
+    fine.healthy = False
+    odd.healthy = False
+    odd.suspects = {object()}  # type: ignore[arg-type]
+
+    def broken(suspects: object) -> int:
+        raise RuntimeError("a bug in the bookkeeping")
+
+    monkeypatch.setattr(odd, "unanswering", broken)
+    transport = httpx.MockTransport(lambda request: httpx.Response(200 if request.url.host != "odd" else 503))
+    pool = Pool(name="baseline", models=["m"], endpoints=[odd, fine])
+    async with httpx.AsyncClient(transport=transport) as client:
+        with caplog.at_level(logging.WARNING, logger="specroute.health"):
+            await check_all(client, [pool], HealthConfig())
+    assert not odd.healthy and fine.healthy
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage() for r in errors] == ["health check of baseline/odd-0 failed"]
-    assert errors[0].exc_info is not None and "a bug beneath the client" in str(errors[0].exc_info[1])
+    assert errors[0].exc_info is not None and "a bug in the bookkeeping" in str(errors[0].exc_info[1])
 
 
 def _timed_out(request: httpx.Request) -> httpx.Response:
