@@ -273,7 +273,7 @@ def fast_path(app: FastAPI) -> ASGIApp:
                 response = await handler(request)
             except Exception:
                 rid = request_id(request)
-                log.exception("unhandled error on %s (request id %s)", scope["path"], rid)
+                log.exception("unhandled error on %r (request id %s)", scope["path"], rid)
                 message = f"internal gateway error (request id {rid})"
                 response = error_response(500, message, None, {"x-request-id": rid})
             await response(scope, receive, progress.send)
@@ -403,7 +403,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         rid = _rid(request)
-        log.exception("unhandled error on %s %s (request id %s)", request.method, request.url.path, rid)
+        # %r: the path is the client's, percent-decoded, line breaks and terminal escapes included
+        log.exception("unhandled error on %s %r (request id %s)", request.method, request.url.path, rid)
         return error_response(500, f"internal gateway error (request id {rid['x-request-id']})", None, rid)
 
     app.add_exception_handler(APIError, api_error)

@@ -351,7 +351,7 @@ async def _assembled(
             )
         if meter.error is not None:
             # a server error's text (a trace, a path, an address) is for the log, not the client
-            log.warning("%s/%s stream error: %s", sent.pool, sent.endpoint.name, meter.error)
+            log.warning("%s/%s stream error: %r", sent.pool, sent.endpoint.name, meter.error)
             return _failed(ex, APIError(status, f"the upstream returned HTTP {status}"))
         return _failed(ex, APIError(status, "the upstream stream ended without a complete response"))
     return Answer(

@@ -95,7 +95,8 @@ def _client_safe(event: bytes, error: dict[str, Any]) -> bytes:
     status = int(code) if isinstance(code, int | str) and str(code).isdigit() else None
     if status is not None and 400 <= status < 500:
         return event
-    log.warning("upstream error event in a Responses stream: %s", str(error.get("message"))[:2000])
+    # %r: the text may repeat the client's input, whose line breaks and escapes must not reach the log raw
+    log.warning("upstream error event in a Responses stream: %r", str(error.get("message"))[:2000])
     shown = status or 500
     safe = {"type": "error", "code": str(code) if code is not None else "500", "param": None}
     safe["message"] = f"the upstream reported an error (HTTP {shown})"

@@ -118,7 +118,7 @@ def failure(error: httpx.HTTPError | OSError, timeout_s: float) -> str:
             return f"TLS failed: {e.reason or e}"
     if isinstance(error, httpx.TimeoutException):
         return no_answer(timeout_s)
-    return str(error).strip() or type(error).__name__
+    return printable(str(error).strip()) or type(error).__name__
 
 
 def unforeseen(error: Exception) -> str:
@@ -128,8 +128,17 @@ def unforeseen(error: Exception) -> str:
     arm), so it fails the check like any other, said once where the endpoint turns unhealthy, not as
     a traceback every ``health.interval_s``.
     """
-    text = " ".join(str(error).split())
+    text = printable(" ".join(str(error).split()))
     return f"the HTTP client failed: {type(error).__name__}" + (f": {text}" if text else "")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped, as ``%r`` would show them, without the quotes.
+
+    An error's text may carry what the upstream sent: a line break in it would forge a log line, an
+    escape sequence would act on the terminal that shows the log.
+    """
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 async def check_all(client: httpx.AsyncClient, pools: list[Pool], health: HealthConfig) -> None:

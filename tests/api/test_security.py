@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import orjson
@@ -315,3 +316,26 @@ def test_a_model_entry_keeps_names_and_drops_paths() -> None:
     assert _public_model(adapter) == {"id": "sql-lora", "object": "model", "parent": "Qwen/Qwen3-32B"}
     local = {"id": "m", "root": "Qwen/Qwen3-32B", "parent": "./weights", "permission": []}
     assert _public_model(local) == {"id": "m", "root": "Qwen/Qwen3-32B", "permission": []}
+
+
+def test_an_unhandled_errors_log_line_shows_the_clients_path_escaped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The path arrives percent-decoded: a %1B in it would drive the terminal that shows the log (and a
+    %0A forge a line, where a route takes one)."""
+    from gateway.api import routes
+
+    async def broken(request: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(routes, "model", broken)
+    # answered 500 and logged, then raised again by Starlette to the server (here, the test client)
+    with (
+        InProcess() as stack,
+        caplog.at_level(logging.ERROR, logger="specroute"),
+        pytest.raises(RuntimeError, match="a bug"),
+    ):
+        stack.request("GET", "/v1/models/m%1B]0;forged title%07%1B[31m")
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("unhandled error on")]
+    message = record.getMessage()
+    assert message.startswith("unhandled error on GET '/v1/models/m\\x1b]0;forged title\\x07\\x1b[31m'")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from time import perf_counter
 
 import orjson
+import pytest
 
 from gateway.upstream.events import EventMeter
 
@@ -54,6 +56,18 @@ def test_server_error_events_lose_their_text_client_errors_keep_it() -> None:
     assert meter.error is not None
     client = _event("error", code="400", message="max_output_tokens is too large")
     assert EventMeter(perf_counter()).feed(client) == client
+
+
+def test_a_server_errors_text_reaches_the_log_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    """The text may repeat the client's input: a line break in it would forge a log line, an escape
+    sequence would act on the terminal showing the log."""
+    forged = "bad input: x\n2026-01-01 00:00:00,000 ERROR specroute.server: forged \x1b[31mred"
+    with caplog.at_level(logging.WARNING, logger="specroute.upstream"):
+        EventMeter(perf_counter()).feed(_event("error", code="500", message=forged))
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert "\n" not in message and "\x1b" not in message
+    assert message.endswith(repr(forged))
 
 
 def test_the_response_created_event_tells_the_response_id() -> None:

@@ -102,6 +102,20 @@ async def test_silence_names_the_time_out_setting(caplog: pytest.LogCaptureFixtu
     assert caplog.records[0].getMessage().endswith(": no answer within 1.5 s (health.timeout_s)")
 
 
+async def test_an_errors_text_from_the_upstream_reaches_the_log_escaped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def garbled(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("illegal status line\nforged line \x1b[31m", request=request)
+
+    endpoint = Endpoint(pool="baseline", name="base-0", base_url="http://base-0:8000")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(garbled)) as client:
+        with caplog.at_level(logging.WARNING, logger="specroute.health"):
+            assert not await check(client, endpoint, HealthConfig())
+    (record,) = caplog.records
+    assert record.getMessage().endswith(": illegal status line\\nforged line \\x1b[31m")
+
+
 async def test_a_client_that_fails_unforeseen_fails_the_check_in_one_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
