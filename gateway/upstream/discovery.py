@@ -23,7 +23,10 @@ import asyncio
 import hashlib
 import logging
 import socket
+import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import httpx
 
@@ -41,6 +44,49 @@ OnRemoved = Callable[[Endpoint], None]
 
 #: how soon to try again while a discovered pool has no endpoint at all (e.g. DNS not ready at start-up)
 EMPTY_RETRY_S = 1.0
+
+#: how often a name that still cannot be resolved, with the same error, is said again in the log
+REPEAT_FAILURE_S = 60.0
+
+
+@dataclass(slots=True)
+class _Failing:
+    """A pool whose name cannot be resolved: since when, the error last logged, and when."""
+
+    since: float
+    error: str
+    said_at: float
+
+
+#: the pools whose name cannot be resolved now; a pool's entry goes with the pool
+_failing: weakref.WeakKeyDictionary[Pool, _Failing] = weakref.WeakKeyDictionary()
+
+
+def _resolution_failed(pool: Pool, hostname: str, error: BaseException) -> None:
+    """Log a failed resolution when it begins, when its error changes, and every ``REPEAT_FAILURE_S``.
+
+    An empty pool retries every ``EMPTY_RETRY_S``: logged each time, a name that stays unresolvable
+    (a Service not created yet, a typo) would write thousands of lines an hour.
+    """
+    now, text = time.monotonic(), str(error)
+    last = _failing.get(pool)
+    if last is not None and last.error == text and now - last.said_at < REPEAT_FAILURE_S:
+        return
+    _failing[pool] = _Failing(now if last is None else last.since, text, now)
+    log.warning(
+        "pool %s: cannot resolve %s (%s); keeping %d known endpoints%s",
+        pool.name,
+        hostname,
+        text,
+        len(pool.endpoints),
+        "" if last is None else f" (failing for {now - last.since:.0f} s)",
+    )
+
+
+def _resolved(pool: Pool, hostname: str) -> None:
+    """Say once that a name which could not be resolved resolves again."""
+    if _failing.pop(pool, None) is not None:
+        log.warning("pool %s: %s resolves again", pool.name, hostname)
 
 
 async def resolve_dns(hostname: str, port: int) -> list[tuple[str, int]]:
@@ -117,14 +163,9 @@ async def refresh_pool(
     try:
         found = await resolve(cfg.discovery.hostname, cfg.discovery.port)
     except (OSError, UnicodeError) as err:
-        log.warning(
-            "pool %s: cannot resolve %s (%s); keeping %d known endpoints",
-            pool.name,
-            cfg.discovery.hostname,
-            err,
-            len(pool.endpoints),
-        )
+        _resolution_failed(pool, cfg.discovery.hostname, err)
         return []
+    _resolved(pool, cfg.discovery.hostname)
     wanted = static_endpoints(pool.name, cfg)
     seen = {e.base_url for e in wanted}
     addresses: dict[str, str] = {}

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from types import SimpleNamespace
 
 import pytest
 import uvicorn
@@ -223,6 +224,48 @@ async def test_resolution_failure_keeps_the_last_known_list(pods, gateway, caplo
     for _ in range(4):
         await _send(upstreams)
     assert a.completions + b.completions == 4
+
+
+async def test_a_name_that_stays_unresolvable_is_logged_rarely_and_its_recovery_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty pool retries every second: a line each time would be 3,600 lines an hour."""
+    settings = _settings()
+    pool = Pool("baseline", ["m"])
+    failure = [socket.gaierror(socket.EAI_NONAME, "Name or service not known")]
+
+    async def dns(hostname: str, port: int) -> list[tuple[str, int]]:
+        if failure:
+            raise failure[0]
+        return []
+
+    clock = [1000.0]  # discovery's own clock only: the event loop keeps the real one
+    monkeypatch.setattr(discovery, "time", SimpleNamespace(monotonic=lambda: clock[0]), raising=False)
+    async with upstreams_for(settings) as upstreams:
+
+        async def refresh_for(seconds: int) -> None:
+            for _ in range(seconds):
+                await discovery.refresh_pool(upstreams.client, pool, settings.pools.baseline, settings, dns)
+                clock[0] += 1
+
+        with caplog.at_level(logging.INFO, logger="specroute.discovery"):
+            await refresh_for(150)  # said at once, then once a minute
+            failure[0] = socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+            await refresh_for(5)  # another error is said at once
+            failure.clear()
+            await refresh_for(5)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        f"pool baseline: cannot resolve {HOSTNAME} ([Errno -2] Name or service not known); keeping 0 known"
+        " endpoints",
+        f"pool baseline: cannot resolve {HOSTNAME} ([Errno -2] Name or service not known); keeping 0 known"
+        " endpoints (failing for 60 s)",
+        f"pool baseline: cannot resolve {HOSTNAME} ([Errno -2] Name or service not known); keeping 0 known"
+        " endpoints (failing for 120 s)",
+        f"pool baseline: cannot resolve {HOSTNAME} ([Errno -3] Temporary failure in name resolution);"
+        " keeping 0 known endpoints (failing for 150 s)",
+        f"pool baseline: {HOSTNAME} resolves again",
+    ]
 
 
 async def test_run_follows_the_service_and_reports_drained_endpoints(pods, gateway):
