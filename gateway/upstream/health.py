@@ -86,6 +86,11 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
         todo += [e.__cause__, e.__context__, getattr(e, "os_error", None)]
 
 
+#: OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH: the certificate is
+#: trusted but names other hosts, which no CA file mends (the ``ssl`` module has no names for them)
+_NAME_MISMATCH = frozenset({62, 64})
+
+
 def no_answer(timeout_s: float) -> str:
     """The cause of a check that got nothing back in time, what a frozen server gives."""
     return f"no answer within {timeout_s:g} s (health.timeout_s)"
@@ -113,6 +118,11 @@ def failure(error: httpx.HTTPError | OSError, timeout_s: float) -> str:
         # ssl's own errors, not aiohttp's wrappers of them (which subclass them without their fields)
         if type(e) is ssl.SSLCertVerificationError:
             why = e.verify_message or e.reason
+            if e.verify_code in _NAME_MISMATCH:  # a trusted certificate, for another server
+                return (
+                    f"its TLS certificate does not name the host: {why} (the endpoint's URL must use a"
+                    " name or address the certificate lists)"
+                )
             return f"its TLS certificate is not trusted: {why} (upstream_tls.ca_file names the CA to trust)"
         if type(e) is ssl.SSLError:
             return f"TLS failed: {e.reason or e}"

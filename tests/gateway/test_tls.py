@@ -46,9 +46,11 @@ def files(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield {"ca": d / "ca.pem", "cert": d / "client.pem", "key": d / "client.key"}
 
 
-def _server_context(ca: trustme.CA, require_client_cert: bool = False) -> ssl.SSLContext:
+def _server_context(
+    ca: trustme.CA, require_client_cert: bool = False, host: str = "127.0.0.1"
+) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(ctx)
+    ca.issue_cert(host).configure_cert(ctx)
     if require_client_cert:
         ca.configure_trust(ctx)
         ctx.verify_mode = ssl.CERT_REQUIRED
@@ -110,6 +112,17 @@ async def test_an_untrusted_certificate_is_refused_and_the_health_log_says_so(ca
     unhealthy = [r.getMessage() for r in caplog.records if "unhealthy" in r.getMessage()]
     assert unhealthy and all("TLS certificate is not trusted" in m for m in unhealthy)
     assert not any("within" in m for m in unhealthy)
+
+
+async def test_a_certificate_for_another_host_is_said_to_be_one_not_an_untrusted_one(ca, files, caplog):
+    """Signed by the trusted CA but naming another host: the fix is the endpoint's URL (or the
+    certificate), not a CA file."""
+    with caplog.at_level(logging.WARNING, logger="specroute.health"):
+        async with _gateway(_server_context(ca, host="vllm.specroute.test"), {"ca_file": str(files["ca"])}):
+            pass
+    unhealthy = [r.getMessage() for r in caplog.records if "unhealthy" in r.getMessage()]
+    assert unhealthy and all("TLS certificate does not name the host" in m for m in unhealthy)
+    assert not any("ca_file" in m for m in unhealthy)
 
 
 async def test_verification_can_be_turned_off(ca):
