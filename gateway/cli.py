@@ -63,7 +63,10 @@ def serve_command(
 @app.command("health")
 def health_command(
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML configuration file, as given to serve")
+        Path | None,
+        typer.Option(
+            "--config", "-c", help="YAML configuration file, as given to serve (default: the environment)"
+        ),
     ] = None,
     timeout: Annotated[float, typer.Option(min=0.01, help="seconds to wait for the answer")] = 4.0,
     cert: Annotated[
@@ -73,15 +76,15 @@ def health_command(
 ) -> None:
     """Ask the gateway on this machine for /health where its configuration says it listens (exit 0: 200,
     else 1, a configuration it cannot read included: a container's health check reserves 2)."""
-    from gateway.config import ConfigError, load_settings
+    from gateway.config import ConfigError, load_server
     from gateway.server import probe_health
 
     try:
-        settings = load_settings(config)
+        server = load_server(config)
     except ConfigError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
-    problem = probe_health(settings.server, timeout, cert, key)
+    problem = probe_health(server, timeout, cert, key)
     if problem is not None:
         typer.echo(problem, err=True)
         raise typer.Exit(1)

@@ -33,6 +33,7 @@ __all__ = [
     "PoolName",
     "Settings",
     "Strategy",
+    "load_server",
     "load_settings",
     "unsendable",
 ]
@@ -890,6 +891,30 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         raise ConfigError(_env_decode_error(e)) from None
     finally:
         _FILE_DATA.reset(token)
+
+
+class _ServerOnly(BaseSettings):
+    """The ``server`` section alone, from the environment: where a gateway listens, pools or not."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", env_parse_none_str="null", frozen=True
+    )
+
+    server: ServerConfig = ServerConfig()
+
+
+def load_server(path: str | Path | None = None) -> ServerConfig:
+    """Where the gateway started with ``path`` listens: the whole configuration checked, as it would be
+    at start; without a file, the ``server`` section from the environment alone (the defaults for the
+    rest), since a caller that only needs the address needs no pools."""
+    if path is not None:
+        return load_settings(path).server
+    try:
+        return _ServerOnly().server
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(e, None, {}, {})) from None
+    except SettingsError as e:
+        raise ConfigError(_env_decode_error(e)) from None
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

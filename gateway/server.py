@@ -259,10 +259,11 @@ def probe_health(
     if server.port == 0:
         return "server.port is 0 (a port the system chooses): the health check cannot know it; set a port"
     host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(server.host, server.host)
+    authority = f"[{host}]:{server.port}" if ":" in host else f"{host}:{server.port}"  # IPv6 in brackets
     conn: http.client.HTTPConnection
     if server.tls_cert_file is None:
         conn = http.client.HTTPConnection(host, server.port, timeout=timeout_s)
-        url = f"http://{host}:{server.port}/health"
+        url = f"http://{authority}/health"
     else:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
@@ -275,7 +276,7 @@ def probe_health(
             except (OSError, ssl.SSLError) as e:
                 return f"cannot load the client certificate {cert or server.tls_cert_file}: {e}"
         conn = http.client.HTTPSConnection(host, server.port, timeout=timeout_s, context=ctx)
-        url = f"https://{host}:{server.port}/health"
+        url = f"https://{authority}/health"
     try:
         conn.request("GET", "/health")
         status = conn.getresponse().status

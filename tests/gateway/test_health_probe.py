@@ -6,6 +6,7 @@ with and without client certificates; the command reads the same kind of file (a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,27 @@ def test_the_check_follows_the_configured_port_and_the_environment(tmp_path, mon
         monkeypatch.delenv("SPECROUTE_SERVER__PORT")
         assert run(["health", "--config", str(_config(tmp_path, free_port()))]) == 1
         assert "connection refused" in capsys.readouterr().err.lower()
+
+
+def test_without_a_file_the_check_reads_the_environment_and_needs_no_pools(monkeypatch, capsys):
+    """Only ``server`` says where the gateway listens: a container configured by its environment alone
+    (and the option is optional) must not be told that its pools are missing."""
+    for name in [n for n in os.environ if n.startswith("SPECROUTE_")]:
+        monkeypatch.delenv(name)
+    with serving() as port:
+        monkeypatch.setenv("SPECROUTE_SERVER__PORT", str(port))
+        assert run(["health"]) == 0
+    monkeypatch.setenv("SPECROUTE_SERVER__PORT", "not-a-port")
+    assert run(["health"]) == 1
+    err = capsys.readouterr().err
+    assert "server.port" in err and "SPECROUTE_SERVER__PORT" in err and "pools" not in err
+
+
+def test_an_ipv6_address_is_written_in_brackets(tmp_path, capsys):
+    with serving(host="::1") as port:
+        assert run(["health", "--config", str(_config(tmp_path, port, host="::1"))]) == 0
+    assert run(["health", "--config", str(_config(tmp_path, free_port(), host="::"))]) == 1
+    assert "GET http://[::1]:" in capsys.readouterr().err
 
 
 def test_the_check_speaks_https_when_the_gateway_serves_it(tmp_path, certs, capsys):
