@@ -368,7 +368,10 @@ class AdaptivePolicy:
             if scraped is not None:
                 engines = scraped.engines
                 if scraped.in_engine is not None:
-                    own = 2 * ep.outstanding >= scraped.in_engine
+                    # split as at the scrape (others: what the engine held beyond the gateway's own then),
+                    # not the live in-flight count against the page's: a batch that finished since the
+                    # page would read as other clients' queue, whose wait cannot be timed
+                    own = 2 * ep.others <= scraped.in_engine
                     load = max(load, scraped.in_engine)
                 queued = scraped.queued
                 cap = scraped.capacity

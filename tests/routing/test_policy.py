@@ -125,6 +125,7 @@ def test_queued_speculative_pool_sends_to_baseline_when_the_wait_outweighs_the_g
     d = p.decide(STRUCTURED)
     assert (d.pool, d.reason) == ("speculative", "predicted-gain")  # 3 ahead: worth the wait
     ep.outstanding = 2  # the queue is other clients', whose requests' lengths are unknown
+    state.update(Reading(_now(), running=8, waiting=2), 7)
     assert p.decide(STRUCTURED).reason == "spec-queued"
     state.update(Reading(_now(), running=2, waiting=0), 7)
     assert p.decide(STRUCTURED).reason == "predicted-gain"
@@ -151,10 +152,10 @@ def _queued_baseline(p: AdaptivePolicy, waiting: int) -> None:
     """The speculative pool at a batch of 16 (twice the knee), baseline full with ``waiting`` in line,
     all of them the gateway's own requests."""
     spec_ep, base_ep = p.pools["speculative"].endpoints[0], p.pools["baseline"].endpoints[0]
+    spec_ep.outstanding, base_ep.outstanding = 15, 32 + waiting
     p.scraper.of(spec_ep).update(Reading(_now(), running=15, waiting=0), 7)
     for _ in range(2):
         p.scraper.of(base_ep).update(Reading(_now(), running=32, waiting=waiting), None)
-    spec_ep.outstanding, base_ep.outstanding = 15, 32 + waiting
 
 
 def test_queued_baseline_keeps_prose_off_a_busy_speculative_pool():
@@ -169,6 +170,28 @@ def test_queued_baseline_keeps_prose_off_a_busy_speculative_pool():
     _queued_baseline(p, waiting=400)  # ~12 residences of waiting: now the slow decode is faster
     d = p.decide(OPEN)
     assert (d.pool, d.reason) == ("speculative", "baseline-queued")
+
+
+def test_a_batch_that_finished_since_the_scrape_leaves_the_wait_timed():
+    """Baseline queued with the gateway's own requests at the last scrape; a batch of them has finished
+    since (the page still shows the line until the next scrape). Those were never other clients'
+    requests: the wait stays timed, and prose still finishes sooner on baseline than in a busy speculative
+    pool. (Read as an untimed queue, every request went to the speculative pool until two scrapes had
+    shown no line, piling up a batch there that decoded prose 2-3x slower.)"""
+    p = _policy(exploration_rate=0.0, acceptance_model="per-kind")
+    _finished(p, "baseline", decode_s=64 * 0.045, tokens=64)
+    _queued_baseline(p, waiting=3)
+    base_ep = p.pools["baseline"].endpoints[0]
+    base_ep.outstanding = 12  # 23 of the 35 finished since the page
+    assert p.load("baseline").own
+    d = p.decide(OPEN)
+    assert d.pool == "baseline" and d.reason in ("no-gain", "spec-busy")
+    # other clients' requests (the page showed the line while the gateway had few in flight): untimed
+    base_ep.outstanding = 4
+    for _ in range(2):
+        p.scraper.of(base_ep).update(Reading(_now(), running=32, waiting=3), None)
+    assert not p.load("baseline").own
+    assert p.decide(OPEN).reason == "baseline-queued"
 
 
 def test_learned_residence_sets_the_wait():
