@@ -91,8 +91,8 @@ class _Engine:
         if self.step is not None or not (self.running or self.waiting):
             return
         cap = self.costs.cfg.max_num_seqs
-        admitted = []
-        while self.waiting and len(self.running) < cap:
+        admitted: list[_Request] = []
+        while self.waiting and len(self.running) + len(admitted) < cap:  # at most max_num_seqs running
             admitted.append(self.waiting.popleft())
         self.running.extend(admitted)
         if admitted:

@@ -51,9 +51,9 @@ def test_adaptive_uses_both_pools_at_high_load():
     Adaptive spreads them over both pools' seats and finishes them far sooner than either pool,
     and sooner than the classifier's split, which sends all structured output to speculation.
 
-    Over twelve draws of the prompts and arrivals: at this load one draw's figure moves by tens of
-    per cent with any change to what is learned (0.49 to 0.82 of the best fixed pool's time), so a
-    bound on one draw says more about the draw than about the routing."""
+    Over twelve draws of the prompts and arrivals: at this load one draw's figure moves with any change
+    to what is learned (0.36 to 0.46 of the best fixed pool's time, 0.83 to 0.96 of the classifier's), so
+    a bound on one draw says more about the draw than about the routing."""
     ratios, versus_classifier = [], []
     for seed in range(12):
         row = _run("rules", (20.0,), (*FIXED, "classifier", "adaptive"), seed=seed)["20"]
@@ -61,7 +61,7 @@ def test_adaptive_uses_both_pools_at_high_load():
         versus_classifier.append(row["adaptive"]["e2e_ms"] / row["classifier"]["e2e_ms"])
         assert 0.1 < row["adaptive"]["spec_share"] < 0.9
     assert sum(ratios) / len(ratios) <= 0.65 and max(ratios) <= 0.9, ratios
-    assert sum(versus_classifier) / len(versus_classifier) <= 0.8 and max(versus_classifier) <= 1.03
+    assert sum(versus_classifier) / len(versus_classifier) <= 0.95 and max(versus_classifier) <= 1.0
 
 
 def test_skewed_draft_learned_at_medium_load():
@@ -118,3 +118,13 @@ def test_replay_is_deterministic_and_follows_the_emulator_costs():
 def test_unknown_strategy_is_refused():
     with pytest.raises(ValueError, match="unknown strategies"):
         simulate.execute(LearningOptions(strategies=("fastest",)))
+
+
+def test_an_engine_never_runs_more_than_its_seats():
+    """vLLM runs at most max_num_seqs requests; the rest wait in line (a step that admitted the whole
+    line at once priced batches of 70 where the servers run 32, and taught the gateway seats it never had)."""
+    engine = simulate._Engine.build("baseline", LearningOptions(max_num_seqs=4))
+    for i in range(10):
+        engine.waiting.append(simulate._Request(i, {}, 0.0, None, 0.0, 8))  # type: ignore[arg-type]
+    engine.start(0.0)
+    assert len(engine.running) == 4 and len(engine.waiting) == 6
