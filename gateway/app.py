@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.accesslog import AccessLog
-from gateway.api import passthrough, routes
+from gateway.api import adapters, passthrough, routes
 from gateway.api.cors import with_cors
 from gateway.api.edge import observe
 from gateway.api.errors import APIError, error_body, error_response, sse_error_event
@@ -223,6 +223,8 @@ def create_app(settings: Settings, policy: Policy | None = None) -> FastAPI:
     app.add_route("/v1/embeddings", passthrough.embeddings, methods=["POST"])
     app.add_route("/tokenize", passthrough.tokenize, methods=["POST"])
     app.add_route("/detokenize", passthrough.detokenize, methods=["POST"])
+    for path in adapters.ADAPTER_PATHS:
+        app.add_route(path, adapters.adapters, methods=["POST"])
     app.add_route(
         "/v1/{rest:path}", passthrough.passthrough, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]
     )

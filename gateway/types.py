@@ -51,6 +51,7 @@ Route = Literal[
     "rerank",
     "classify",
     "pooling",
+    "lora",
     "other",
 ]
 """Every route the gateway serves, as its metrics and access log name it: a bounded set, whatever the

@@ -11,6 +11,9 @@ when the body names one (JSON or a multipart form), a ``GET`` is sent again like
 request, and a ``POST`` only when no endpoint took it. Metrics label these by a bounded route name
 (:func:`route_label`), never by the raw path.
 
+vLLM's LoRA adapter routes are not passed through: they go to every endpoint, for the operator
+(:mod:`gateway.api.adapters`).
+
 A stored Responses-API response's routes (``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel``,
 any other under the id) go first to the endpoint that made it, then to the others while they answer
 404: vLLM keeps it in that server's memory alone (:mod:`gateway.upstream.stored`).
@@ -26,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api import state
+from gateway.api.adapters import ADAPTER_PATHS, manage
 from gateway.api.edge import (
     now,
     observe,
@@ -40,13 +44,15 @@ from gateway.types import Route
 from gateway.upstream.forward import Sent
 
 #: the gateway's own routes under /v1 and the methods they take: never passed through (another method on
-#: them is a 405 that names these in ``Allow``, as HTTP asks)
+#: them is a 405 that names these in ``Allow``, as HTTP asks). vLLM's adapter routes are among them: they
+#: go to every endpoint, for the operator (:mod:`gateway.api.adapters`)
 OWN_PATHS: dict[str, str] = {
     "/v1/completions": "POST",
     "/v1/chat/completions": "POST",
     "/v1/models": "GET, HEAD",
     "/v1/responses": "POST",
     "/v1/embeddings": "POST",
+    **ADAPTER_PATHS,
 }
 
 _LABELS: dict[str, Route] = {
@@ -55,6 +61,8 @@ _LABELS: dict[str, Route] = {
     "rerank": "rerank",
     "classify": "classify",
     "pooling": "pooling",
+    "load_lora_adapter": "lora",
+    "unload_lora_adapter": "lora",
 }
 
 #: vLLM's routes outside ``/v1`` passed through like the rest of ``/v1/*``: those that serve a model
@@ -72,6 +80,7 @@ ROOT_PATHS: dict[str, str] = {
 
 _STORED = "/v1/responses/"  # a stored response's routes: its id, then its sub-route if any
 _DOT_SEGMENTS = frozenset((".", ".."))
+_SLASHES = re.compile(r"/{2,}")
 _IDEMPOTENT = frozenset(("GET", "HEAD", "PUT", "DELETE", "OPTIONS"))
 # a part's header lines are a few (Content-Disposition, Content-Type): bounded, so that each occurrence of
 # the name reads a few lines ahead, not the rest of the body (quadratic on a body of such lines)
@@ -149,6 +158,11 @@ async def passthrough(request: Request) -> Response:
         # "/v1/%2e%2e/sleep" reaches the upstream as written; a proxy in front of vLLM that normalises
         # paths (nginx does) would serve "/sleep": never a route of the API, so never forwarded
         raise APIError(400, f"the path {path!r} holds a '.' or '..' segment")
+    merged = _SLASHES.sub("/", path).rstrip("/") if "//" in path else path
+    if merged in ADAPTER_PATHS and request.method == "POST":
+        # "/v1//load_lora_adapter": a proxy in front of vLLM that merges slashes (nginx does) serves the
+        # adapter route, so it is the operator's and goes to every endpoint as that route does
+        return await manage(request, merged)
     allowed = OWN_PATHS.get(path)
     if allowed is not None:
         headers = {"allow": allowed, "x-request-id": request_id(request)}

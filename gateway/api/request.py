@@ -148,6 +148,15 @@ def check_key(request: Request, keys: list[str], what: str = "API key") -> None:
 _CHALLENGE = {"www-authenticate": "Bearer"}
 
 
+def check_operator(request: Request, api_keys: list[str], admin_key: str | None) -> None:
+    """Raise a 401 unless the request may use the operator's routes (``/admin/*``, vLLM's adapter routes):
+    ``admin_key`` when one is set, else (with ``api_keys`` set) any API key; with neither, open."""
+    if admin_key:
+        check_key(request, [admin_key], "admin key")
+    else:
+        check_key(request, api_keys)
+
+
 def has_key(request: Request, keys: list[str]) -> bool:
     """Whether the request carries one of ``keys``; never raises."""
     if not keys:

@@ -34,6 +34,7 @@ from gateway.api.request import (
     body_request_id,
     check_key,
     check_model,
+    check_operator,
     forced_pool,
     has_key,
     parse_body,
@@ -765,10 +766,7 @@ async def admin_routing(request: Request) -> Response:
     """
     gw = _gateway(request)
     auth = gw.settings.auth
-    if auth.admin_key:
-        check_key(request, [auth.admin_key], "admin key")
-    else:
-        check_key(request, auth.api_keys)
+    check_operator(request, auth.api_keys, auth.admin_key)
     snapshot = getattr(gw.policy, "snapshot", None)
     state: dict[str, Any] = snapshot() if callable(snapshot) else {"strategy": gw.policy.strategy.value}
     state["measurement"] = gw.measurement.snapshot()

@@ -9,8 +9,9 @@ streamed response is held back until its first upstream chunk has arrived, so a 
 before producing anything is retried too. Both pools serve the same model, so moving a request to
 the other pool changes its speed, not its answer. A request that reads a stored Responses-API
 response goes first to the endpoint that made it, and on through the endpoints of both pools while
-they answer 404 (:mod:`gateway.upstream.stored`). Failures are raised as :mod:`gateway.errors`; what the
-client is told is the API edge's business.
+they answer 404 (:mod:`gateway.upstream.stored`). A request that changes each server's own state (vLLM's LoRA
+adapter routes) goes to every endpoint once instead (:meth:`Upstreams.broadcast`). Failures are raised as
+:mod:`gateway.errors`; what the client is told is the API edge's business.
 
 Forwarding to a plain ``http://`` endpoint goes through :mod:`gateway.upstream.wire`, a lean HTTP/1.1
 client (aiohttp's request machinery cost ~45 µs more CPU per request); ``https://`` endpoints go
@@ -169,6 +170,24 @@ class Sent:
     @property
     def pool(self) -> PoolName:
         return self.endpoint.pool
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What one endpoint made of a request sent to every endpoint (:meth:`Upstreams.broadcast`): its own
+    whole answer below 500 (``status``, ``content_type``, ``body``: vLLM's, for the client to read), or
+    the ``error`` that stands for its answer (no answer, a server error or busy status, a refusal of the
+    gateway's credentials), said as to a client, never naming an address."""
+
+    endpoint: Endpoint
+    status: int = 0
+    content_type: str | None = None
+    body: bytes = b""
+    error: UpstreamError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and 200 <= self.status < 300
 
 
 class Upstreams:
@@ -570,6 +589,100 @@ class Upstreams:
             if loop.time() < deadline - MIN_TRY_S:
                 raise
             raise UpstreamTimeout(f"no complete answer from the upstream within {total_s:g} s") from None
+
+    def everywhere(self) -> list[Endpoint]:
+        """Every endpoint of both pools, in or out of rotation, but those discovery has dropped and that
+        only finish their requests (draining): what serves the model now or will again."""
+        return [ep for pool in self.pools.values() for ep in pool.endpoints if not ep.draining]
+
+    async def broadcast(
+        self, path: str, body: bytes, headers: dict[str, str], method: str = "POST"
+    ) -> list[Delivery]:
+        """Send one request to every endpoint of :meth:`everywhere` at once, each with its own
+        credentials, and read each one's whole answer within ``timeouts.total_s``: one
+        :class:`Delivery` per endpoint, in their order.
+
+        For a request that changes one server's own state and must reach each (vLLM's LoRA adapter
+        routes): one endpoint's answer stands for none of the others, so a failed one is not sent
+        elsewhere, and none is sent twice (a second load of an adapter is an error, "already loaded").
+        An endpoint that fails it is not marked failed: this is no traffic, and its health checks say
+        whether it serves. Raises :class:`~gateway.errors.NoEndpoint` when the pools have none.
+        """
+        endpoints = self.everywhere()
+        if not endpoints:
+            raise NoEndpoint("no upstream endpoint is known; try again shortly", BUSY_RETRY_AFTER_S)
+        deadline = self.deadline()
+        sends = (self._deliver(ep, path, body, headers, method, deadline) for ep in endpoints)
+        return list(await asyncio.gather(*sends))
+
+    async def _deliver(
+        self,
+        endpoint: Endpoint,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        method: str,
+        deadline: float,
+    ) -> Delivery:
+        """One try of a broadcast request at one endpoint, read whole by ``deadline`` (loop clock)."""
+        self._busy(endpoint, 1)
+        response: Response | None = None
+        complete = False
+        kind = "protocol"  # unless the failure says otherwise
+        error: UpstreamError | None = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await self._post(endpoint, path, body, headers, method)
+                content = await response.read(self.max_response)
+            complete = True
+        except _DroppedAgain:  # before _UNREACHABLE, as in send
+            kind = "dropped_connection"
+            error = UpstreamBroken("the upstream closed the connection before answering")
+        except _UNREACHABLE:  # before TimeoutError: aiohttp's connect time-out is one too
+            if response is None:
+                kind, error = "connect", Unreachable("the upstream could not be reached")
+            else:
+                error = UpstreamBroken("the upstream's answer broke off")
+        except TimeoutError:
+            kind, error = "timeout", UpstreamTimeout(f"no whole answer within {self._total_s:g} s")
+        except Malformed as e:
+            error = UpstreamBroken(f"the upstream's answer was not valid HTTP: {e}")
+        except aiohttp.ClientError as e:
+            error = UpstreamBroken(f"the upstream connection failed: {type(e).__name__}")
+        finally:
+            self._busy(endpoint, -1)
+            if response is not None:
+                _close(response, complete)
+        if error is not None or response is None:
+            return self._undelivered(endpoint, kind, error or UpstreamBroken("the upstream did not answer"))
+        return self._delivered(endpoint, path, headers, response, content)
+
+    def _delivered(
+        self, endpoint: Endpoint, path: str, headers: Mapping[str, str], response: Response, content: bytes
+    ) -> Delivery:
+        """A broadcast request's whole answer from ``endpoint``: its own below 500, but for a refusal of
+        the gateway's credentials (a configuration to fix, not the client's key); else its failure."""
+        status = response.status
+        if status >= 500 or status == 429:
+            kind = "busy" if status in _BUSY else "status_5xx"
+            return self._undelivered(endpoint, kind, _reported_status(status, content, endpoint))
+        if (status == 401 or status == 403) and not self._callers_key(headers, endpoint):
+            log.warning(
+                "endpoint %s/%s refused the gateway's credentials (HTTP %d) on %s: configure the key its "
+                "vLLM was started with (--api-key) as the pool's or endpoint's api_key_env or api_key_file",
+                endpoint.pool,
+                endpoint.name,
+                status,
+                path,
+            )
+            error = UpstreamStatus(502, f"the upstream refused the gateway's credentials (HTTP {status})")
+            return self._undelivered(endpoint, "unauthorized", error)
+        return Delivery(endpoint, status, response.headers.get("content-type"), content)
+
+    def _undelivered(self, endpoint: Endpoint, kind: str, error: UpstreamError) -> Delivery:
+        """Count a broadcast request's failure at ``endpoint`` (``specroute_upstream_errors_total``)."""
+        self.metrics.upstream_errors.labels(endpoint.pool, endpoint.name, kind).inc()
+        return Delivery(endpoint, error=error)
 
     def deadline(self) -> float:
         """When a request that starts now must be over, on the loop's clock (``timeouts.total_s``): what

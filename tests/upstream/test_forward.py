@@ -14,7 +14,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import pytest
 
 from gateway.config import load_settings
-from gateway.errors import UpstreamBroken
+from gateway.errors import NoEndpoint, Unreachable, UpstreamBroken
 from gateway.upstream.forward import Upstreams
 from gateway.upstream.stream import StreamMeter
 from tests.upstream.scripted import read_request
@@ -153,6 +153,46 @@ async def test_a_request_whose_pooled_connection_dropped_is_resent_on_a_new_one(
     assert (upstream.connections, upstream.requests) == (4, 5)
     assert _errors(upstreams, "dropped_connection") == 1
     assert endpoint.consecutive_failures == 0
+
+
+async def test_a_broadcast_reaches_every_endpoint_once_and_says_what_each_did(keepalive_closer):
+    """vLLM's adapter routes go to every endpoint of both pools: the one that answers gives its answer, the
+    one not reached (the speculative pool's closed port) its failure; neither is sent elsewhere or again,
+    and neither is marked failed for it (no traffic)."""
+    upstreams, upstream = keepalive_closer
+    body = b'{"lora_name":"a","lora_path":"/a"}'
+    deliveries = await upstreams.broadcast(
+        "/v1/load_lora_adapter", body, {"content-type": "application/json"}
+    )
+    by_name = {d.endpoint.name: d for d in deliveries}
+    assert sorted(by_name) == ["base-0", "spec-0"]
+    answered, unreached = by_name["base-0"], by_name["spec-0"]
+    assert answered.ok and (answered.status, answered.body) == (200, ANSWER)
+    assert answered.content_type == "application/json"
+    assert not unreached.ok and isinstance(unreached.error, Unreachable)
+    assert (upstream.connections, upstream.requests) == (1, 1)
+    assert (
+        _sample(
+            upstreams,
+            "specroute_upstream_errors_total",
+            pool="speculative",
+            endpoint="spec-0",
+            kind="connect",
+        )
+        == 1
+    )
+    assert all(d.endpoint.consecutive_failures == 0 and d.endpoint.outstanding == 0 for d in deliveries)
+
+
+async def test_a_broadcast_with_no_endpoint_at_all_says_so(keepalive_closer):
+    """Discovery may find none (and those it dropped, draining, are not sent it)."""
+    upstreams, upstream = keepalive_closer
+    for pool in upstreams.pools.values():
+        for endpoint in pool.endpoints:
+            endpoint.draining = True
+    with pytest.raises(NoEndpoint):
+        await upstreams.broadcast("/v1/unload_lora_adapter", b"{}", {})
+    assert upstream.requests == 0
 
 
 async def test_a_body_already_here_is_read_without_a_timer_and_one_still_coming_is_timed(
