@@ -276,7 +276,8 @@ class HealthConfig(_Strict):
 class AuthConfig(_Strict):
     api_keys: list[str] = Field(default_factory=list, description="keys clients send as a bearer token")
     admin_key: str | None = Field(
-        default=None, description="key for /admin/*; without it, any of api_keys opens /admin/*"
+        default=None,
+        description="key for /admin/* and the LoRA adapter routes; without it, any of api_keys opens them",
     )
     metrics_key: str | None = Field(
         default=None, description="key for /metrics (a Prometheus bearer token), besides api_keys"
