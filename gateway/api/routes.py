@@ -136,7 +136,7 @@ async def _handle(request: Request, api: Api) -> Response:
         try:
             out = _upstream_request(request, ex, raw, payload)
         except RequestNotEncodable:
-            raise APIError(400, "the request body nests JSON too deeply to be forwarded") from None
+            out = _as_sent(request, ex, raw, payload)
         if out.meter is None:
             # vLLM sends a non-streamed response's headers only when it is complete: its first byte
             # may take as long as the whole request may (timeouts.total_s).
@@ -232,6 +232,19 @@ class UpstreamRequest:
     headers: dict[str, str]
     meter: StreamMeter | None = None  # streams (and measured non-streamed requests) are metered
     resume: Resumption | None = None  # a stream that may go on elsewhere if it breaks
+
+
+def _as_sent(request: Request, ex: Exchange, raw: bytes, payload: dict[str, Any]) -> UpstreamRequest:
+    """The client's bytes, unmeasured: for a body whose JSON nests deeper than the encoder goes, which the
+    gateway cannot rewrite to ask for usage (vLLM reads up to 1,024 levels). A stream passes as it comes,
+    usage and all as the client asked, and is not resumed; a non-streamed answer is not assembled."""
+    ex.measurement = None
+    headers = upstream_headers(request, ex.gw, ex.request_id, "application/json")
+    if payload.get("stream") is True:
+        return UpstreamRequest(
+            raw, headers, StreamMeter(ex.started, keep_usage_chunk=True, keep_continuous=True)
+        )
+    return UpstreamRequest(raw, headers)
 
 
 def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[str, Any]) -> UpstreamRequest:
