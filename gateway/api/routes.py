@@ -37,6 +37,7 @@ from gateway.api.request import (
     check_operator,
     forced_pool,
     has_key,
+    header,
     parse_body,
     read_body,
     request_id,
@@ -654,7 +655,7 @@ async def models(request: Request) -> Response:
     """One entry per served model, with the upstream's own fields where an endpoint answers."""
     gw = _gateway(request)
     check_key(request, gw.settings.auth.api_keys)
-    entries = await _model_entries(gw)
+    entries = await _model_entries(gw, _forwarded_key(request, gw))
     data = [entries[name] for name in gw.settings.served_models()]
     return Response(
         orjson.dumps({"object": "list", "data": data}),
@@ -674,29 +675,48 @@ async def model(request: Request) -> Response:
     if not name:  # "/v1/models/": the list's route with a trailing slash
         return without_slash(request, "/v1/models")
     check_model(name, gw.models)
-    entries = await _model_entries(gw)
+    entries = await _model_entries(gw, _forwarded_key(request, gw))
     headers = {"x-request-id": request_id(request)}
     return Response(orjson.dumps(entries[name]), headers=headers, media_type="application/json")
 
 
-async def _model_entries(gw: Gateway) -> dict[str, dict[str, Any]]:
+def _forwarded_key(request: Request, gw: Gateway) -> str | None:
+    """The caller's ``Authorization`` ("" for none), where the gateway passes it upstream
+    (``auth.forward_client_authorization``): the upstream, not the gateway, judges it; else None."""
+    return (header(request, b"authorization") or "") if gw.forward_client_key else None
+
+
+async def _model_entries(gw: Gateway, authorization: str | None = None) -> dict[str, dict[str, Any]]:
     """Every served model's entry by name, with the upstream's own fields where an endpoint answers.
+
+    With the caller's ``authorization`` forwarded, the list is asked for with it, and an endpoint that
+    refuses it (vLLM's ``--api-key``, with no key of the gateway's own replacing the caller's) refuses the
+    caller: as vLLM alone would answer ``/v1/models``.
 
     vLLM's fields are kept, but its ``root`` and ``parent`` only where they are model names: ``root`` is
     often the path of the weights on the upstream's disk (``parent`` names a LoRA adapter's base model).
     """
     entries: dict[str, dict[str, Any]] = {}
+    refused = None
     for pool in gw.upstreams.pools.values():
         ep = pool.pick()
         if ep is None:
             continue
+        sent = {"authorization": authorization} if authorization else {}
         try:
-            resp = await gw.upstreams.client.get(ep.base_url + "/v1/models", timeout=2.0)
+            resp = await gw.upstreams.client.get(ep.base_url + "/v1/models", headers=sent, timeout=2.0)
+            # forwarded (even as none) and not replaced by a key of the gateway's: the caller's to answer
+            caller = authorization is not None and gw.upstreams.callers_key({"authorization": ""}, ep)
+            if resp.status_code in (401, 403) and caller:
+                refused = resp.status_code
+                break
             for m in resp.json().get("data", []):
                 if isinstance(m, dict) and m.get("id") in gw.models:
                     entries.setdefault(m["id"], _public_model(m))
         except Exception:  # an unreachable endpoint only loses the detail, never the entry
             continue
+    if refused is not None:
+        raise APIError(refused, "Unauthorized" if refused == 401 else "Forbidden")
     now = int(time.time())
     for name in gw.settings.served_models():
         entries.setdefault(name, {"id": name, "object": "model", "created": now, "owned_by": "specroute"})

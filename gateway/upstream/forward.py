@@ -385,7 +385,7 @@ class Upstreams:
                         raise _UpstreamStatus(
                             response.status, await response.read(self.max_response), retry_after
                         )
-                    if (response.status == 401 or response.status == 403) and not self._callers_key(
+                    if (response.status == 401 or response.status == 403) and not self.callers_key(
                         headers, endpoint
                     ):
                         raise _Refused(response.status)
@@ -666,7 +666,7 @@ class Upstreams:
         if status >= 500 or status == 429:
             kind = "busy" if status in _BUSY else "status_5xx"
             return self._undelivered(endpoint, kind, _reported_status(status, content, endpoint))
-        if (status == 401 or status == 403) and not self._callers_key(headers, endpoint):
+        if (status == 401 or status == 403) and not self.callers_key(headers, endpoint):
             log.warning(
                 "endpoint %s/%s refused the gateway's credentials (HTTP %d) on %s: configure the key its "
                 "vLLM was started with (--api-key) as the pool's or endpoint's api_key_env or api_key_file",
@@ -715,7 +715,7 @@ class Upstreams:
         """Whether a request already sent to ``tried`` may go out once more."""
         return len(tried) < self._attempts
 
-    def _callers_key(self, headers: Mapping[str, str], endpoint: Endpoint) -> bool:
+    def callers_key(self, headers: Mapping[str, str], endpoint: Endpoint) -> bool:
         """Whether a request went upstream with its caller's ``Authorization`` (forwarded, and no key of
         the endpoint's own replacing it): then a 401 is the caller's to read, as vLLM wrote it."""
         return "authorization" in headers and (

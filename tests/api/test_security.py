@@ -277,6 +277,24 @@ def test_a_refusal_of_the_callers_own_key_reaches_it_as_an_openai_error() -> Non
         }
 
 
+def test_with_the_callers_key_forwarded_the_model_list_is_the_upstreams_to_refuse() -> None:
+    """With ``forward_client_authorization`` the upstream judges the caller's key: a key vLLM refuses gets
+    no model list either, as from vLLM itself; the right one gets vLLM's entries."""
+    with InProcess({"auth": {"forward_client_authorization": True}}, upstream_key="right") as stack:
+        for path in ("/v1/models", f"/v1/models/{MODEL}"):
+            wrong = stack.request("GET", path, headers={"authorization": "Bearer wrong"})
+            assert wrong.status_code == 401 and wrong.json()["error"]["message"] == "Unauthorized", path
+            assert stack.request("GET", path).status_code == 401, path
+            right = stack.request("GET", path, headers={"authorization": "Bearer right"})
+            assert right.status_code == 200, path
+        listed = stack.request("GET", "/v1/models", headers={"authorization": "Bearer right"}).json()
+        assert listed["data"][0]["owned_by"] == "vllm"
+    with InProcess(upstream_key="right") as stack:  # not forwarded: the gateway's list, as before
+        assert (
+            stack.request("GET", "/v1/models", headers={"authorization": "Bearer wrong"}).status_code == 200
+        )
+
+
 def test_a_missing_upstream_key_stops_start_up(monkeypatch) -> None:
     from gateway.app import create_app
     from gateway.config import ConfigError, load_settings
