@@ -172,6 +172,10 @@ class EventBuffer:
         """How many bytes of an unfinished event are held."""
         return len(self._buf) + self._more_bytes
 
+    def unfinished_bytes(self) -> bytes:
+        """The bytes of an unfinished event, kept."""
+        return b"".join([self._buf, *self._more])
+
     def rest(self) -> bytes:
         """The bytes of an unfinished event (at the end of a stream), and forget them."""
         rest = b"".join([self._buf, *self._more])

@@ -181,10 +181,20 @@ class StreamMeter:
         return self._sse.unfinished()
 
     def end(self) -> bytes:
-        """At the body's end, its last event if it came without the blank line that ends an event
-        (``data: [DONE]`` and then nothing): completed, taken as any event, and returned to send on."""
-        rest = self._sse.rest()
-        return self.feed(rest.rstrip(b"\r\n") + b"\n\n") if rest.strip() else b""
+        """At the body's end, its last event if it came whole but for the blank line that ends an event
+        (``data: [DONE]`` and then nothing): completed, taken as any event, and returned to send on.
+
+        Whole means its data is ``[DONE]`` or a JSON value: a body cut inside an event (half a chunk's
+        JSON) is a broken stream, whose unfinished event the client must never see; it stays unfinished
+        for :meth:`discard_partial`.
+        """
+        rest = self._sse.unfinished_bytes()
+        event = rest.rstrip(b"\r\n")
+        data = data_of(event) if event.strip() else None
+        if data is None or not _whole(data):
+            return b""
+        self._sse.rest()
+        return self.feed(event + b"\n\n")
 
     def discard_partial(self) -> None:
         """Forget the unfinished event of a stream that broke: the client never saw any of it."""
@@ -283,6 +293,17 @@ def _null_ids(event: bytes) -> bytes:
             event = event[:cut] + b"null" + event[j + 1 :]
             start = cut + 4
     return event
+
+
+def _whole(data: bytes) -> bool:
+    """Whether an event's data is whole: ``[DONE]`` or a JSON value."""
+    if data == _DONE:
+        return True
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 #: a usage chunk's members that a stream without usage does not move onto its finishing chunk

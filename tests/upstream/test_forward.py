@@ -312,3 +312,42 @@ async def test_a_stream_whose_last_event_lacks_its_blank_line_is_whole(end: byte
         assert b"".join(pieces).endswith(b"data: [DONE]\n\n") and meter.done
         assert failed == [None]
         assert _errors(upstreams, "stream") == 0 and endpoint.consecutive_failures == 0
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        b'data: {"choices": [{"index": 0, "text": " if", "logprobs": null',  # half a chunk's JSON
+        b'event: response.output_text.delta\ndata: {"delta": " now prom',  # half a named event
+        b"data: [DO",
+    ],
+)
+async def test_a_body_that_ends_inside_an_event_is_a_broken_stream_whose_half_event_never_goes_out(
+    cut: bytes,
+):
+    """The body ends in good order, but inside its last event: the client must not get the half event as a
+    whole one (the SDK fails on its JSON); the stream is broken there (then resumed, or ended with an
+    error event, by the caller)."""
+    event = b'data: {"choices": [{"index": 0, "text": "hi", "finish_reason": null}]}\n\n'
+
+    async def cut_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        body = event + cut
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        writer.close()
+
+    async with _on(cut_short) as upstreams:
+        sent = await upstreams.send("/v1/completions", BODY, {}, "baseline", allow_failover=False)
+        failed: list[int | None] = []
+        meter = StreamMeter(0.0)
+        pieces: list[bytes] = []
+        with pytest.raises(UpstreamBroken, match="ended before its end"):  # the caller's error event
+            async for piece in upstreams.relay(sent, meter, lambda s, f: failed.append(f)):
+                pieces.append(piece)
+        out = b"".join(pieces)
+        assert out == event and not meter.done
+        assert failed == [502] and _errors(upstreams, "stream") == 1
