@@ -917,9 +917,11 @@ class Upstreams:
             if failed is None and not cut:
                 if meter is not None and meter.error is not None and server_error(meter.error):
                     # the server failed the request mid-stream (vLLM's error event after a 200): counted
-                    # against the endpoint like a broken stream, so one that keeps failing is ejected
+                    # against the endpoint like a broken stream, so one that keeps failing is ejected,
+                    # and the request's status is that of a broken stream, not the 200 its head said
                     self.metrics.upstream_errors.labels(sent.pool, sent.endpoint.name, "status_5xx").inc()
                     self.failed(sent.endpoint, sent.sent_at)
+                    failed = 502
                 else:
                     sent.endpoint.record_success()
             on_done(sent, failed)

@@ -196,7 +196,7 @@ async def test_an_error_event_in_an_assembled_stream_reaches_the_client_as_statu
     async with _setup(["error_event"], **extra) as (client, script, _):
         with pytest.raises(openai.APIStatusError) as e:
             await client.completions.create(model="m", prompt="hi", max_tokens=2)
-        assert e.value.status_code == 500
+        assert e.value.status_code == 502  # an upstream's 500, told as a gateway tells one
         assert len(script.log) == 2  # a server error in the stream is sent again first
         assert "CUDA" not in e.value.message and "/srv" not in e.value.message
         assert "request id" in e.value.message
@@ -225,6 +225,9 @@ async def test_a_server_error_event_mid_stream_reaches_the_client_and_counts_aga
         assert r.status_code == 200 and len(script.log) == 1
         assert b'"error"' in events[-2] and b"CUDA" not in r.content and events[-1] == b"data: [DONE]"
         assert await _metric(url, "specroute_upstream_errors_total", kind="status_5xx") == 1
+        # a stream the server failed is counted as one, not by the 200 its head said
+        assert await _metric(url, "specroute_requests_total", status="502") == 1
+        assert await _metric(url, "specroute_requests_total", status="200") == 0
 
 
 async def test_a_stream_cut_after_its_done_event_reaches_the_client_whole():
