@@ -8,6 +8,7 @@ the field at fault, and one observed record per request.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
@@ -19,6 +20,7 @@ from gateway.api.state import Gateway
 from gateway.routing.policy import Decision
 from gateway.types import Route
 from gateway.upstream.forward import Sent
+from gateway.upstream.pool import Endpoint
 from gateway.upstream.stream import StreamMeter
 
 
@@ -67,8 +69,10 @@ def observe(
     meter: StreamMeter | None = None,
     content: bytes | None = None,
     trace: str | None = None,
+    tried: Sequence[Endpoint] = (),
 ) -> None:
-    """One finished request to the metrics, the policy's feedback (routed requests) and the access log."""
+    """One finished request to the metrics, the policy's feedback (routed requests) and the access log;
+    ``tried``: the endpoints it was sent to, which name the one that failed last when none answered."""
     record = gw.observer.record(
         request_id=rid,
         trace_id=trace,
@@ -80,6 +84,7 @@ def observe(
         sent=sent,
         meter=meter,
         content=content,
+        tried=tried,
     )
     gw.observer.observe(record)
 

@@ -42,6 +42,7 @@ from gateway.api.request import check_model, json_object, request_id, trace_id
 from gateway.api.routes import CUT_AT_SHUTDOWN, Relay, relayed_status, unless_disconnected
 from gateway.types import Route
 from gateway.upstream.forward import Sent
+from gateway.upstream.pool import Endpoint
 
 #: the gateway's own routes under /v1 and the methods they take: never passed through (another method on
 #: them is a 405 that names these in ``Allow``, as HTTP asks). vLLM's adapter routes are among them: they
@@ -118,20 +119,21 @@ async def _json_route(request: Request, path: str, route: Route) -> Response:
     """A JSON route served by any endpoint of the model: checked, forwarded, answered as it came."""
     gw = state.of(request)
     started, rid, trace = now(), request_id(request), trace_id(request)
+    tried: list[Endpoint] = []  # the endpoints it was sent to, in order
     try:
         body = await read_checked(request, gw)
         payload = json_object(body)
         check_model(payload.get("model"), gw.models)
         headers = upstream_headers(request, gw, rid, "application/json")
         fetched = gw.upstreams.fetch(
-            path, body, headers, "baseline", first_byte_s=gw.settings.timeouts.total_s
+            path, body, headers, "baseline", first_byte_s=gw.settings.timeouts.total_s, tried=tried
         )
         sent, content = await unless_disconnected(request, fetched)
     except asyncio.CancelledError:  # cut at the end of the shutdown grace period (a client gone is a 499)
         observe(gw, rid=rid, trace=trace, route=route, started=started, status=CUT_AT_SHUTDOWN)
         raise
     except APIError as e:
-        observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status)
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status, tried=tried)
         return _error(e, rid)
     status = sent.response.status
     observe(gw, rid=rid, trace=trace, route=route, started=started, status=status, sent=sent, content=content)
@@ -168,6 +170,7 @@ async def passthrough(request: Request) -> Response:
         headers = {"allow": allowed, "x-request-id": request_id(request)}
         return error_response(405, f"method {request.method} is not allowed on {path}", None, headers)
     started, rid, trace, route = now(), request_id(request), trace_id(request), route_label(path)
+    tried: list[Endpoint] = []  # the endpoints it was sent to, in order
     method = request.method
     try:
         body = await read_checked(request, gw)
@@ -189,6 +192,7 @@ async def passthrough(request: Request) -> Response:
             method=method,
             idempotent=method in _IDEMPOTENT,
             deadline=deadline,
+            tried=tried,
             stored=stored_id(path),
         )
         sent = await unless_disconnected(request, sending)
@@ -196,7 +200,7 @@ async def passthrough(request: Request) -> Response:
         observe(gw, rid=rid, trace=trace, route=route, started=started, status=CUT_AT_SHUTDOWN)
         raise
     except APIError as e:
-        observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status)
+        observe(gw, rid=rid, trace=trace, route=route, started=started, status=e.status, tried=tried)
         return _error(e, rid)
     status = sent.response.status
     if status in (404, 405):

@@ -143,6 +143,7 @@ async def responses(request: Request) -> Response:
     """Validate → classify and decide (as a chat) → forward to ``/v1/responses`` → observe."""
     gw = state.of(request)
     started, rid, trace = now(), request_id(request), trace_id(request)
+    tried: list[Endpoint] = []  # the endpoints it was sent to, in order
     decision: Decision | None = None
     view: dict[str, Any] | None = None
     try:
@@ -167,6 +168,7 @@ async def responses(request: Request) -> Response:
                 decision.pool,
                 allow_failover=not decision.baseline_only,
                 first_byte_s=gw.settings.timeouts.total_s,
+                tried=tried,
                 stored=previous,
             )
             sent, content = await unless_disconnected(request, fetched)
@@ -190,6 +192,7 @@ async def responses(request: Request) -> Response:
             decision.pool,
             allow_failover=not decision.baseline_only,
             deadline=deadline,
+            tried=tried,
             stored=previous,
         )
         sent = await unless_disconnected(request, sending)
@@ -209,6 +212,7 @@ async def responses(request: Request) -> Response:
             status=e.status,
             decision=decision,
             payload=view,
+            tried=tried,
         )
         message = f"{e.message} (request id {rid})" if e.status >= 500 else e.message
         # no pool's answer reached the client: no x-specroute-pool, as on the completion routes

@@ -169,3 +169,16 @@ def test_structured_output_requests_of_any_schema(
 def test_responses_fields_of_any_shape(echoing: InProcess, extra: dict[str, Any]) -> None:
     body = orjson.dumps({**RESPONSES, **extra})
     check(echoing.request("POST", "/v1/responses", content=body, headers=AUTH))
+
+
+def test_a_responses_request_no_endpoint_answered_names_the_last_one_tried_in_the_access_log(capsys) -> None:
+    """As on the completion routes: a 5xx from every try is logged with the endpoint that failed last."""
+    with InProcess({"health": {"eject_after_failures": 100}}, emulator={"error_rate": 1.0}) as stack:
+        for stream in (False, True):
+            body = {"model": MODEL, "input": "Say hi.", "max_output_tokens": 4, "stream": stream}
+            assert stack.request("POST", "/v1/responses", json=body).status_code == 502
+        stack.flush_access_log()
+    lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    logged = [(line["route"], line["status"], line["endpoint"]) for line in lines]
+    assert [(r, s) for r, s, _ in logged] == [("responses", 502), ("responses", 502)]
+    assert all(endpoint in ("spec-0", "base-0") for _, _, endpoint in logged), logged
