@@ -132,8 +132,10 @@ def whole(value: Any) -> int | None:
     return None
 
 
-#: how vLLM's request models (pydantic, lax mode) read a scalar field sent as a string: "0.5", "8",
-#: "false" are a number, an integer and a boolean there
+_SCALARS = frozenset((str, int, float, bool))
+
+#: how vLLM's request models (pydantic, lax mode) read a scalar field sent as another scalar: "0.5", "8",
+#: "false" are a number, an integer and a boolean there, 1 and 0 a boolean, true a number
 _LAX: dict[tuple[str, ...], TypeAdapter[Any]] = {
     ("integer",): TypeAdapter(int),
     ("number",): TypeAdapter(float),
@@ -141,8 +143,9 @@ _LAX: dict[tuple[str, ...], TypeAdapter[Any]] = {
 }
 
 
-def lax(value: str, types: tuple[str, ...]) -> Any:
-    """The value vLLM reads from a scalar field sent as a string, or None where it refuses it."""
+def lax(value: Any, types: tuple[str, ...]) -> Any:
+    """The value vLLM reads from a scalar field sent as another scalar ("0.5", "false", 1 for a boolean,
+    true for a number), or None where it refuses it."""
     adapter = _LAX.get(types)
     if adapter is None:
         return None
@@ -166,7 +169,7 @@ def _check_fields(
             if "integer" in table[name] and (n := whole(value)) is not None:
                 read_as = {**(read_as or {}), name: n}
                 continue
-            if type(value) is str and (v := lax(value, table[name])) is not None:
+            if type(value) in _SCALARS and (v := lax(value, table[name])) is not None:
                 read_as = {**(read_as or {}), name: v}
                 continue
             raise _wrong_type(prefix + name, table[name], value)
@@ -185,8 +188,8 @@ def check_types(payload: dict[str, Any], api: Api) -> None:
 
     An integer field written as a whole decimal (``"max_tokens": 100.0``) is the integer, as vLLM's
     request models read it, and is replaced by it in ``payload``; a fraction is refused. So is a number,
-    integer or boolean written as a string that vLLM's models read (``"temperature": "0.5"``,
-    ``"stream": "false"``): the gateway routes on what vLLM will do.
+    integer or boolean written as another scalar that vLLM's models read (``"temperature": "0.5"``,
+    ``"stream": "false"``, ``"stream": 1``): the gateway routes on what vLLM will do.
     """
     _check_fields(payload, _ALLOWED[api], FIELDS[api])
     opts = payload.get("stream_options")

@@ -109,8 +109,9 @@ _LAX_INT, _LAX_FLOAT, _LAX_BOOL = TypeAdapter(int), TypeAdapter(float), TypeAdap
 
 
 def _lax(adapter: TypeAdapter[Any], v: Any) -> Any:
-    """``v`` as vLLM reads a string for the field's type; ``v`` itself where it is no such string."""
-    if isinstance(v, str):
+    """``v`` as vLLM reads a scalar for the field's type ("8", 1 for a boolean, true for a number); ``v``
+    itself where it reads none."""
+    if isinstance(v, str | int | float):
         try:
             return adapter.validate_python(v)
         except ValidationError:

@@ -24,7 +24,7 @@ from gateway.routing.features import extract
         (b'{"prompt": "x", "seed": 18446744073709551616}', "seed", "'seed' is out of range"),
         (b'{"prompt": "x", "max_tokens": -9223372036854775809}', "max_tokens", "at most a 64-bit integer"),
         (
-            b'{"prompt": "x", "stream_options": {"include_usage": 1}}',
+            b'{"prompt": "x", "stream_options": {"include_usage": 2}}',
             "stream_options.include_usage",
             "boolean",
         ),
@@ -74,6 +74,18 @@ def test_a_scalar_sent_as_a_string_is_read_as_vllm_reads_it() -> None:
     assert chat["logprobs"] is False and chat["top_logprobs"] == 2
     with pytest.raises(APIError):  # a string field stays a string: a number is not read as one
         check_types({"prompt": "x", "user": 5}, "completions")
+    # and 1 or 0 for a boolean, true for a number or an integer, as vLLM reads them
+    ints = {"prompt": "x", "stream": 1, "echo": 0, "logprobs": True, "temperature": True, "max_tokens": False}
+    check_types(ints, "completions")
+    assert ints == {
+        "prompt": "x",
+        "stream": True,
+        "echo": False,
+        "logprobs": 1,
+        "temperature": 1.0,
+        "max_tokens": 0,
+    }
+    assert type(ints["logprobs"]) is int and type(ints["temperature"]) is float
 
 
 def test_a_completion_may_give_its_prompt_as_embeddings_alone() -> None:
