@@ -236,9 +236,10 @@ class UpstreamRequest:
 
 
 def _as_sent(request: Request, ex: Exchange, raw: bytes, payload: dict[str, Any]) -> UpstreamRequest:
-    """The client's bytes, unmeasured: for a body whose JSON nests deeper than the encoder goes, which the
-    gateway cannot rewrite to ask for usage (vLLM reads up to 1,024 levels). A stream passes as it comes,
-    usage and all as the client asked, and is not resumed; a non-streamed answer is not assembled."""
+    """The client's bytes, unmeasured: for a stream of several sequences, and a body whose JSON nests
+    deeper than the encoder goes, which the gateway cannot rewrite to ask for usage (vLLM reads up to 1,024
+    levels). A stream passes as it comes, usage and all as the client asked, and is not resumed; a
+    non-streamed answer is not assembled."""
     ex.measurement = None
     headers = upstream_headers(request, ex.gw, ex.request_id, "application/json")
     if payload.get("stream") is True:
@@ -261,7 +262,12 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
     headers = upstream_headers(request, gw, ex.request_id, "application/json")
     speculative = ex.decision.pool == "speculative"
     if payload.get("stream") is True:
-        if speculative and sequences(payload) == 1:  # several interleaved sequences show no steps
+        if sequences(payload) > 1:
+            # several interleaved sequences show no steps, and are not resumed: nothing to ask for. As the
+            # client sent it, so that the stream is vLLM's own (asked for usage, vLLM moves the fingerprint
+            # of every choice's finishing chunk onto the usage chunk, where one chunk cannot give it back)
+            return _as_sent(request, ex, raw, payload)
+        if speculative:
             gw.measurement.streamed(ex.decision.pool, time.monotonic())
             ex.measurement = "stream"
         resume = None

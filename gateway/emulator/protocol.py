@@ -628,7 +628,8 @@ class Responder:
 
     # -- streamed ------------------------------------------------------------------------------
     def chunk(self, seq: Seq, start: int, end: int, delta: str, finished: bool, last: bool) -> bytes:
-        """The SSE event(s) for one engine output of ``seq``; ``last``: no usage chunk follows."""
+        """The SSE event(s) for one engine output of ``seq``; ``last``: it finishes its choice and no usage
+        chunk follows, so it carries the fingerprint (vLLM stamps every choice's finishing chunk)."""
         req = self.req
         tids = req.return_token_ids
         out = b""

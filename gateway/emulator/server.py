@@ -348,11 +348,10 @@ class EmulatorApp:
             await _send_bytes(send, 200, body, JSON_HEADERS)
             return
         events = group.events
-        last_index = len(events) - 1
         no_usage = not responder.req.include_usage
         parts = [
-            responder.chunk(seq, start, end, delta, fin, no_usage and i == last_index)
-            for i, (seq, start, end, delta, fin) in enumerate(events)
+            responder.chunk(seq, start, end, delta, fin, no_usage and fin)
+            for seq, start, end, delta, fin in events
         ]
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         if reset:
@@ -403,12 +402,9 @@ class EmulatorApp:
                     return
                 events = group.take()
                 done = group.done
-                last = len(events) - 1
                 parts = []
-                for i, (seq, start, end, delta, fin) in enumerate(events):
-                    parts.append(
-                        responder.chunk(seq, start, end, delta, fin, done and no_usage and i == last)
-                    )
+                for seq, start, end, delta, fin in events:
+                    parts.append(responder.chunk(seq, start, end, delta, fin, no_usage and fin))
                     sent += end - start
                 if reset and sent >= reset_at and not done:
                     engine.abort(group)

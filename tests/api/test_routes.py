@@ -516,3 +516,25 @@ def test_scalars_sent_as_strings_are_served_as_vllm_serves_them() -> None:
             whole = stack.request("POST", "/v1/chat/completions", json=chat, headers=headers)
             assert whole.status_code == 200, whole.text
             assert whole.json()["usage"]["completion_tokens"] == 4
+
+
+def test_a_stream_of_several_sequences_goes_and_comes_back_as_vllm_streams_it() -> None:
+    """Several interleaved sequences (a list of prompts, n > 1) show no steps and are not resumed: the
+    request goes as sent, and the stream is vLLM's own, every choice's finishing chunk with the server's
+    fingerprint (asked for usage on the client's behalf, vLLM moves them all onto the usage chunk)."""
+    body = {"model": MODEL, "prompt": ["Say hi.", "Say bye."], "max_tokens": 3, "stream": True}
+    raw = orjson.dumps(body)
+    with InProcess() as stack:
+        for pool in ("baseline", "speculative"):
+            r = stack.request(
+                "POST",
+                "/v1/completions",
+                content=raw,
+                headers={"content-type": "application/json", "x-specroute-pool": pool},
+            )
+            assert r.status_code == 200, r.text
+            chunks = [orjson.loads(e[6:]) for e in r.text.split("\n\n") if e.startswith("data: {")]
+            finishing = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+            assert sorted(c["choices"][0]["index"] for c in finishing) == [0, 1]
+            assert all(c["system_fingerprint"].startswith("vllm-") for c in finishing), pool
+            assert not any("usage" in c for c in chunks)
