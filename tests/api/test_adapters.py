@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.api.conftest import API_KEY, InProcess, metric
+from tests.api.conftest import API_KEY, InProcess, metric, read_body
 
 ADMIN = {"authorization": "Bearer admin-key"}
 CLIENT = {"authorization": f"Bearer {API_KEY}"}
@@ -32,12 +32,7 @@ class Adapters:
         if scope["type"] != "http" or scope["path"] not in (LOAD, UNLOAD):
             await self.inner(scope, receive, send)
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         status, content, json = self.handle(scope["path"], orjson.loads(body))
         headers = [(b"content-length", b"%d" % len(content))]
         if json:

@@ -287,15 +287,11 @@ async def test_a_stream_ends_at_its_requests_deadline_not_a_whole_total_time_aft
         assert pieces == [b'data: {"a": 1}\n\n'] and failed == [504]
 
 
-@pytest.mark.parametrize("end", [b"data: [DONE]", b"data: [DONE]\n"])
-async def test_a_stream_whose_last_event_lacks_its_blank_line_is_whole(end: bytes):
-    """``data: [DONE]`` then the body's end, without the blank line that ends an event: every client that
-    reads to the end has the whole answer; not a broken stream, nor a failure of the endpoint's."""
-    event = b'data: {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]}\n\n'
+def _answering(body: bytes) -> Handler:
+    """A server that answers one request with ``body`` as a whole event stream, then closes."""
 
-    async def unterminated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
-        body = event + end
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (len(body), body)
@@ -303,7 +299,16 @@ async def test_a_stream_whose_last_event_lacks_its_blank_line_is_whole(end: byte
         await writer.drain()
         writer.close()
 
-    async with _on(unterminated) as upstreams:
+    return answer
+
+
+@pytest.mark.parametrize("end", [b"data: [DONE]", b"data: [DONE]\n"])
+async def test_a_stream_whose_last_event_lacks_its_blank_line_is_whole(end: bytes):
+    """``data: [DONE]`` then the body's end, without the blank line that ends an event: every client that
+    reads to the end has the whole answer; not a broken stream, nor a failure of the endpoint's."""
+    event = b'data: {"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]}\n\n'
+
+    async with _on(_answering(event + end)) as upstreams:
         endpoint = upstreams.pools["baseline"].endpoints[0]
         sent = await upstreams.send("/v1/completions", BODY, {}, "baseline", allow_failover=False)
         failed: list[int | None] = []
@@ -330,17 +335,7 @@ async def test_a_body_that_ends_inside_an_event_is_a_broken_stream_whose_half_ev
     error event, by the caller)."""
     event = b'data: {"choices": [{"index": 0, "text": "hi", "finish_reason": null}]}\n\n'
 
-    async def cut_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        body = event + cut
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (len(body), body)
-        )
-        await writer.drain()
-        writer.close()
-
-    async with _on(cut_short) as upstreams:
+    async with _on(_answering(event + cut)) as upstreams:
         sent = await upstreams.send("/v1/completions", BODY, {}, "baseline", allow_failover=False)
         failed: list[int | None] = []
         meter = StreamMeter(0.0)
