@@ -44,7 +44,13 @@ from gateway.api.request import (
     trace_id,
 )
 from gateway.api.state import Gateway
-from gateway.errors import RequestNotEncodable, UpstreamBroken, UpstreamError, UpstreamTooLarge
+from gateway.errors import (
+    RequestNotEncodable,
+    UpstreamBroken,
+    UpstreamError,
+    UpstreamStatus,
+    UpstreamTooLarge,
+)
 from gateway.observability import render
 from gateway.routing.policy import Api, Decision, RouteRequest
 from gateway.speculation import sequences
@@ -361,12 +367,9 @@ async def _assembled(
         err = meter.error or {}
         code = err.get("code")
         status = code if isinstance(code, int) and 400 <= code < 600 else (status if status != 200 else 502)
-        reported = status
-        if status >= 500 and status not in _PASSED_ON:
-            status = 502  # a server error is told as a non-streamed answer's is (gateway.api.errors)
-        _finish(ex, sent, status)
         if meter.error is not None and status < 500:
             # the upstream's own answer to the request (a client error): the client gets it as it is
+            _finish(ex, sent, status)
             return Response(
                 orjson.dumps({"error": meter.error}),
                 status,
@@ -374,9 +377,13 @@ async def _assembled(
                 media_type="application/json",
             )
         if meter.error is not None:
-            # a server error's text (a trace, a path, an address) is for the log, not the client
+            # a server error's text (a trace, a path, an address) is for the log, not the client, and its
+            # status is told as a non-streamed answer's is
             log.warning("%s/%s stream error: %r", sent.pool, sent.endpoint.name, meter.error)
-            return _failed(ex, APIError(status, f"the upstream returned HTTP {reported}"))
+            told = from_upstream(UpstreamStatus(status, f"the upstream returned HTTP {status}"))
+            _finish(ex, sent, told.status)
+            return _failed(ex, told)
+        _finish(ex, sent, status)
         return _failed(ex, APIError(status, "the upstream stream ended without a complete response"))
     return Answer(
         orjson.dumps(body),
@@ -385,9 +392,6 @@ async def _assembled(
         "application/json",
         lambda: _finish(ex, sent, status, meter),
     )
-
-
-_PASSED_ON = (502, 503, 504)  # the server errors a gateway passes on as they are
 
 
 async def _drain(ex: Exchange, sent: Sent, meter: StreamMeter, failed: list[int | None]) -> None:
