@@ -722,7 +722,7 @@ async def _model_entries(gw: Gateway, authorization: str | None = None) -> dict[
         try:
             resp = await gw.upstreams.client.get(ep.base_url + "/v1/models", headers=sent, timeout=2.0)
             # forwarded (even as none) and not replaced by a key of the gateway's: the caller's to answer
-            caller = authorization is not None and gw.upstreams.callers_key({"authorization": ""}, ep)
+            caller = authorization is not None and not gw.upstreams.own_key(ep)
             if resp.status_code in (401, 403) and caller:
                 refused = resp.status_code
                 break

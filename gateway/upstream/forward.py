@@ -446,21 +446,7 @@ class Upstreams:
                 # the endpoint refused the gateway's own credentials (vLLM's --api-key): a configuration
                 # to fix, not the client's key to blame. Nothing ran: sent elsewhere, never ejected for it
                 # (its /health is open, so checks would let it straight back)
-                kind = "unauthorized"
-                error = UpstreamStatus(
-                    502, f"the upstream refused the gateway's credentials (HTTP {e.status})"
-                )
-                now = time.monotonic()
-                if now - self._refused_told.get(endpoint.base_url, -MISSING_LOG_S) >= MISSING_LOG_S:
-                    self._refused_told[endpoint.base_url] = now  # once a minute: every request meets it
-                    log.warning(
-                        "endpoint %s/%s refused the gateway's credentials (HTTP %d): configure the key its "
-                        "vLLM was started with (--api-key) as the pool's or endpoint's api_key_env or "
-                        "api_key_file",
-                        endpoint.pool,
-                        endpoint.name,
-                        e.status,
-                    )
+                kind, error = "unauthorized", self._refusal(endpoint, e.status)
             except _ClosedEarly:
                 kind, error = "protocol", UpstreamBroken("the upstream's answer was empty")
             except _DroppedAgain:  # before _UNREACHABLE: the endpoint took the connection and dropped it
@@ -655,10 +641,10 @@ class Upstreams:
                 _close(response, complete)
         if error is not None or response is None:
             return self._undelivered(endpoint, kind, error or UpstreamBroken("the upstream did not answer"))
-        return self._delivered(endpoint, path, headers, response, content)
+        return self._delivered(endpoint, headers, response, content)
 
     def _delivered(
-        self, endpoint: Endpoint, path: str, headers: Mapping[str, str], response: Response, content: bytes
+        self, endpoint: Endpoint, headers: Mapping[str, str], response: Response, content: bytes
     ) -> Delivery:
         """A broadcast request's whole answer from ``endpoint``: its own below 500, but for a refusal of
         the gateway's credentials (a configuration to fix, not the client's key); else its failure."""
@@ -667,16 +653,7 @@ class Upstreams:
             kind = "busy" if status in _BUSY else "status_5xx"
             return self._undelivered(endpoint, kind, _reported_status(status, content, endpoint))
         if (status == 401 or status == 403) and not self.callers_key(headers, endpoint):
-            log.warning(
-                "endpoint %s/%s refused the gateway's credentials (HTTP %d) on %s: configure the key its "
-                "vLLM was started with (--api-key) as the pool's or endpoint's api_key_env or api_key_file",
-                endpoint.pool,
-                endpoint.name,
-                status,
-                path,
-            )
-            error = UpstreamStatus(502, f"the upstream refused the gateway's credentials (HTTP {status})")
-            return self._undelivered(endpoint, "unauthorized", error)
+            return self._undelivered(endpoint, "unauthorized", self._refusal(endpoint, status))
         return Delivery(endpoint, status, response.headers.get("content-type"), content)
 
     def _undelivered(self, endpoint: Endpoint, kind: str, error: UpstreamError) -> Delivery:
@@ -718,9 +695,29 @@ class Upstreams:
     def callers_key(self, headers: Mapping[str, str], endpoint: Endpoint) -> bool:
         """Whether a request went upstream with its caller's ``Authorization`` (forwarded, and no key of
         the endpoint's own replacing it): then a 401 is the caller's to read, as vLLM wrote it."""
-        return "authorization" in headers and (
-            self.keys is None or self.keys.key_for(URL(endpoint.base_url)) is None
-        )
+        return "authorization" in headers and not self.own_key(endpoint)
+
+    def own_key(self, endpoint: Endpoint) -> bool:
+        """Whether the gateway sends ``endpoint`` a key of its own (``api_key_env``/``api_key_file``), in
+        place of any caller's."""
+        return self.keys is not None and self.keys.key_for(URL(endpoint.base_url)) is not None
+
+    def _refusal(self, endpoint: Endpoint, status: int) -> UpstreamStatus:
+        """The error of an endpoint that refused the gateway's own credentials (vLLM's ``--api-key``): a
+        configuration to fix, not the client's key to blame; told in the log once a minute per endpoint
+        (every request meets it), naming the settings."""
+        now = time.monotonic()
+        if now - self._refused_told.get(endpoint.base_url, -MISSING_LOG_S) >= MISSING_LOG_S:
+            self._refused_told[endpoint.base_url] = now
+            log.warning(
+                "endpoint %s/%s refused the gateway's credentials (HTTP %d): configure the key its "
+                "vLLM was started with (--api-key) as the pool's or endpoint's api_key_env or "
+                "api_key_file",
+                endpoint.pool,
+                endpoint.name,
+                status,
+            )
+        return UpstreamStatus(502, f"the upstream refused the gateway's credentials (HTTP {status})")
 
     def _target(self, endpoint: Endpoint) -> _Target | None:
         """The lean client's target for ``endpoint``; None sends its requests through aiohttp (TLS)."""
