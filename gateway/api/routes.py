@@ -143,7 +143,7 @@ async def _handle(request: Request, api: Api) -> Response:
         try:
             out = _upstream_request(request, ex, raw, payload)
         except RequestNotEncodable:
-            out = _as_sent(request, ex, raw, payload)
+            out = _as_sent(ex, raw, payload, upstream_headers(request, gw, ex.request_id, "application/json"))
         if out.meter is None:
             # vLLM sends a non-streamed response's headers only when it is complete: its first byte
             # may take as long as the whole request may (timeouts.total_s).
@@ -241,13 +241,12 @@ class UpstreamRequest:
     resume: Resumption | None = None  # a stream that may go on elsewhere if it breaks
 
 
-def _as_sent(request: Request, ex: Exchange, raw: bytes, payload: dict[str, Any]) -> UpstreamRequest:
+def _as_sent(ex: Exchange, raw: bytes, payload: dict[str, Any], headers: dict[str, str]) -> UpstreamRequest:
     """The client's bytes, unmeasured: for a stream of several sequences, and a body whose JSON nests
     deeper than the encoder goes, which the gateway cannot rewrite to ask for usage (vLLM reads up to 1,024
     levels). A stream passes as it comes, usage and all as the client asked, and is not resumed; a
     non-streamed answer is not assembled."""
     ex.measurement = None
-    headers = upstream_headers(request, ex.gw, ex.request_id, "application/json")
     if payload.get("stream") is True:
         return UpstreamRequest(
             raw, headers, StreamMeter(ex.started, keep_usage_chunk=True, keep_continuous=True)
@@ -272,7 +271,7 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
             # several interleaved sequences show no steps, and are not resumed: nothing to ask for. As the
             # client sent it, so that the stream is vLLM's own (asked for usage, vLLM moves the fingerprint
             # of every choice's finishing chunk onto the usage chunk, where one chunk cannot give it back)
-            return _as_sent(request, ex, raw, payload)
+            return _as_sent(ex, raw, payload, headers)
         if speculative:
             gw.measurement.streamed(ex.decision.pool, time.monotonic())
             ex.measurement = "stream"
