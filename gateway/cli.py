@@ -68,7 +68,9 @@ def health_command(
             "--config", "-c", help="YAML configuration file, as given to serve (default: the environment)"
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(min=0.01, help="seconds to wait for the answer")] = 4.0,
+    timeout: Annotated[
+        float, typer.Option(min=0.01, max=3600.0, help="seconds to wait for the answer")
+    ] = 4.0,
     cert: Annotated[
         Path | None, typer.Option(help="client certificate under mutual TLS (default: server.tls_cert_file)")
     ] = None,

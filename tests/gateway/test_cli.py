@@ -58,6 +58,8 @@ def config(tmp_path: Path) -> Path:
         (["nonsense"], "No such command 'nonsense'"),
         (["bench", "run"], "specroute bench run: Missing option '--url'"),
         (["health", "--timeout", "-1"], "specroute health: Invalid value for '--timeout'"),
+        # an unbounded wait is not a health check (and overflows the socket's timeout)
+        (["health", "--timeout", "inf"], "specroute health: Invalid value for '--timeout'"),
         (["emulate", "--port", "70000"], "specroute emulate: Invalid value for '--port'"),
     ],
 )
