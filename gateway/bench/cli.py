@@ -26,6 +26,7 @@ class WorkloadOpt(StrEnum):
     structured = "structured"
     open_ended = "open-ended"
     mixed = "mixed"
+    mixed_formats = "mixed-formats"
 
 
 class ApiOpt(StrEnum):
@@ -169,7 +170,10 @@ def compare_command(
 @bench_app.command("learning")
 def learning_command(
     acceptance_profile: Annotated[
-        str, typer.Option(help="the emulated draft model: 'skewed-draft', 'rules' or a YAML rule file")
+        str,
+        typer.Option(
+            help="the emulated draft model: 'skewed-draft', 'rules', 'output-format' or a YAML rule file"
+        ),
     ] = "skewed-draft",
     rate: Annotated[
         list[float] | None,
@@ -198,6 +202,22 @@ def learning_command(
     first_half: Annotated[
         bool, typer.Option(help="with --virtual: judge each run's first half (what a restart changes)")
     ] = False,
+    workload: Annotated[
+        WorkloadOpt,
+        typer.Option(
+            help="built-in prompt set (mixed-formats: every other structured task asks for a haiku)"
+        ),
+    ] = WorkloadOpt.mixed,
+    temperature: Annotated[
+        float, typer.Option(min=0.0, help="every request's sampling temperature (lowers the emulated alpha)")
+    ] = 0.0,
+    switch_at: Annotated[
+        int | None,
+        typer.Option(min=0, help="with --virtual: the draft changes to --then-profile from this request on"),
+    ] = None,
+    then_profile: Annotated[
+        str | None, typer.Option(help="with --switch-at: the draft deployed mid-run (a profile, as above)")
+    ] = None,
 ) -> None:
     """Each strategy, fresh, on a draft model unlike the classifier's prior, at several loads."""
     require("bench", "specroute bench")
@@ -216,9 +236,16 @@ def learning_command(
         seed=seed,
         restarted=restarted,
         first_half=first_half,
+        workload=workload.value,
+        temperature=temperature,
+        switch_at=switch_at,
+        then_profile=then_profile,
     )
-    if (restarted or first_half) and not virtual:
-        typer.echo("--restarted and --first-half need --virtual", err=True)
+    if (restarted or first_half or switch_at is not None) and not virtual:
+        typer.echo("--restarted, --first-half and --switch-at need --virtual", err=True)
+        raise typer.Exit(2)
+    if (switch_at is None) != (then_profile is None):
+        typer.echo("--switch-at and --then-profile go together", err=True)
         raise typer.Exit(2)
     logs = None
     if out is not None:

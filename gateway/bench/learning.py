@@ -38,7 +38,7 @@ from gateway.bench.client import Client
 from gateway.bench.loadgen import Load, Target
 from gateway.bench.report import table
 from gateway.bench.workloads import RequestSpec, order, prepare, resolve
-from gateway.emulator.acceptance import base_profile, load_profile
+from gateway.emulator.acceptance import base_profile, effective_alpha, load_profile
 from gateway.speculation import expected_length
 
 STRATEGIES = ("always-baseline", "always-speculative", "classifier", "adaptive", "oracle")
@@ -64,15 +64,23 @@ class LearningOptions:
     # from the state it saved (``routing.state_file``)
     restarted: bool = False
     first_half: bool = False  # virtual time only: judge each run's first half (what a restart changes)
+    workload: str = "mixed"  # a built-in prompt set (``mixed-formats``: some structured tasks want verse)
+    temperature: float = 0.0  # every request's sampling temperature (the emulator scales alpha by it)
+    # virtual time only: from this request on, the draft is ``then_profile`` (a new draft model deployed)
+    switch_at: int | None = None
+    then_profile: str | None = None
 
 
-def oracle_pools(texts: Sequence[str], profile: str, c: float) -> list[str]:
+def oracle_pools(texts: Sequence[str], profile: str, c: float, temperature: float = 0.0) -> list[str]:
     """The oracle's pool per prompt: speculative exactly when it gains at a batch of one."""
+    alphas = emulated_alphas(texts, profile, temperature)
+    return ["speculative" if expected_length(a, K) > 1 + K * c else "baseline" for a in alphas]
+
+
+def emulated_alphas(texts: Sequence[str], profile: str, temperature: float = 0.0) -> list[float]:
+    """Each prompt's acceptance as the emulator draws it under ``profile`` at ``temperature``."""
     prof = load_profile(profile)
-    return [
-        "speculative" if expected_length(base_profile(t, prof).alpha, K) > 1 + K * c else "baseline"
-        for t in texts
-    ]
+    return [effective_alpha(base_profile(t, prof).alpha, temperature, 1.0) for t in texts]
 
 
 def _run_one(
@@ -118,10 +126,15 @@ def execute(opts: LearningOptions, log_dir: Path | None = None) -> dict[str, Any
     unknown = set(opts.strategies) - set(STRATEGIES)
     if unknown:
         raise ValueError(f"unknown strategies {sorted(unknown)}; known: {', '.join(STRATEGIES)}")
+    if opts.switch_at is not None:
+        raise ValueError("a draft that changes mid-run (--switch-at) needs --virtual")
     load_profile(opts.profile)  # a bad profile fails here, not in the emulators
-    workload = resolve("mixed", None)
-    specs = order(prepare(workload, model=opts.model, max_tokens=opts.max_tokens), opts.seed)
-    oracle = oracle_pools([text_of(s) for s in specs], opts.profile, opts.draft_cost_ratio)
+    workload = resolve(opts.workload, None)
+    specs = order(
+        prepare(workload, model=opts.model, max_tokens=opts.max_tokens, temperature=opts.temperature),
+        opts.seed,
+    )
+    oracle = oracle_pools([text_of(s) for s in specs], opts.profile, opts.draft_cost_ratio, opts.temperature)
     logs = log_dir or Path(tempfile.mkdtemp(prefix="specroute-learning-"))
     extra = [
         "--served-model-name", opts.model, "--time-scale", f"{opts.time_scale:g}",
@@ -170,6 +183,8 @@ def execute(opts: LearningOptions, log_dir: Path | None = None) -> dict[str, Any
             "seed": opts.seed,
             "routing": routing,
             "tpot_below": opts.tpot_below,
+            "workload": opts.workload,
+            "temperature": opts.temperature,
         },
         "loads": out,
     }
@@ -226,14 +241,25 @@ def _window(config: dict[str, Any]) -> str:
     return half
 
 
+def _switch(config: dict[str, Any]) -> str:
+    at = config.get("switch_at")
+    return "" if at is None else f" (`{config.get('then_profile')}` from request {at} on)"
+
+
+def _temperature(config: dict[str, Any]) -> str:
+    t = config.get("temperature") or 0.0
+    return f", temperature {t:g}" if t else ""
+
+
 def markdown(result: dict[str, Any]) -> str:
     c = result["config"]
     tpot_below = float(c.get("tpot_below", LearningOptions.tpot_below))
     lines = [
         "# specroute bench learning",
         "",
-        f"Acceptance profile `{c['profile']}`, {c['requests']} requests per strategy and load from the"
-        f" `mixed` workload, max_tokens {c['max_tokens']}, draft cost ratio {c['draft_cost_ratio']:g},"
+        f"Acceptance profile `{c['profile']}`{_switch(c)}, {c['requests']} requests per strategy and load"
+        f" from the `{c.get('workload', 'mixed')}` workload, max_tokens {c['max_tokens']}"
+        f"{_temperature(c)}, draft cost ratio {c['draft_cost_ratio']:g},"
         f" {'virtual time' if c.get('virtual') else 'time scale ' + format(c['time_scale'], 'g')},"
         f" seed {c['seed']}. {_window(c)}; TPOT and e2e"
         " (mean, queueing included) in emulated ms; 'of oracle': share of the oracle's TPOT gain over"

@@ -31,10 +31,9 @@ from typing import Any
 
 import orjson
 
-from gateway.bench.learning import STRATEGIES, LearningOptions, oracle_pools, text_of
+from gateway.bench.learning import STRATEGIES, LearningOptions, emulated_alphas, oracle_pools, text_of
 from gateway.bench.workloads import order, prepare, resolve
 from gateway.config import RoutingConfig, Strategy
-from gateway.emulator.acceptance import base_profile, load_profile
 from gateway.emulator.config import EmulatorConfig, Mode
 from gateway.emulator.engine import Engine
 from gateway.emulator.metrics import EngineMetrics
@@ -280,13 +279,28 @@ def execute(opts: LearningOptions) -> dict[str, Any]:
     unknown = set(opts.strategies) - set(STRATEGIES)
     if unknown:
         raise ValueError(f"unknown strategies {sorted(unknown)}; known: {', '.join(STRATEGIES)}")
-    prof = load_profile(opts.profile)
-    specs = order(prepare(resolve("mixed", None), model=opts.model, max_tokens=opts.max_tokens), opts.seed)
+    workload = resolve(opts.workload, None)
+    specs = order(
+        prepare(workload, model=opts.model, max_tokens=opts.max_tokens, temperature=opts.temperature),
+        opts.seed,
+    )
     bodies = [orjson.loads(s.body) for s in specs]
     texts = [text_of(s) for s in specs]
-    alphas = [base_profile(t, prof).alpha for t in texts]
     tokens = [len(encode_prompt(t)) for t in texts]
-    oracle = oracle_pools(texts, opts.profile, opts.draft_cost_ratio)
+    alphas = emulated_alphas(texts, opts.profile, opts.temperature)
+    oracle = oracle_pools(texts, opts.profile, opts.draft_cost_ratio, opts.temperature)
+    if opts.switch_at is not None:
+        # one entry per request (run_one reads entry i % len): the first profile's, then the next one's
+        if opts.then_profile is None:
+            raise ValueError("--switch-at needs --then-profile: the draft deployed from that request on")
+        after = emulated_alphas(texts, opts.then_profile, opts.temperature)
+        after_pools = oracle_pools(texts, opts.then_profile, opts.draft_cost_ratio, opts.temperature)
+        n = len(specs)
+        cut = range(opts.requests)
+        alphas = [(alphas if i < opts.switch_at else after)[i % n] for i in cut]
+        oracle = [(oracle if i < opts.switch_at else after_pools)[i % n] for i in cut]
+        bodies = [bodies[i % n] for i in cut]
+        tokens = [tokens[i % n] for i in cut]
     classifier = load_classifier()
     out: dict[str, Any] = {}
     for rate in opts.rates:
@@ -315,6 +329,10 @@ def execute(opts: LearningOptions) -> dict[str, Any]:
             "tpot_below": opts.tpot_below,
             "restarted": opts.restarted,
             "first_half": opts.first_half,
+            "workload": opts.workload,
+            "temperature": opts.temperature,
+            "switch_at": opts.switch_at,
+            "then_profile": opts.then_profile,
         },
         "loads": out,
     }

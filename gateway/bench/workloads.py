@@ -17,7 +17,10 @@ import orjson
 Api = Literal["completions", "chat"]
 STRUCTURED = "structured"
 OPEN_ENDED = "open-ended"
-BUILTIN = ("structured", "open-ended", "mixed")
+BUILTIN = ("structured", "open-ended", "mixed", "mixed-formats")
+#: what ``mixed-formats`` appends to every other structured prompt: a task that reads as structured, an
+#: answer that is verse (the ``output-format`` acceptance profile gives it prose's acceptance)
+VERSE_ANSWER = "\nAnswer as a haiku."
 
 
 @dataclass(frozen=True)
@@ -111,14 +114,19 @@ _OPEN_ENDED_PROMPTS = [
 
 
 def builtin(name: str) -> Workload:
-    """The built-in sets; ``mixed`` interleaves both classes evenly."""
+    """The built-in sets; ``mixed`` interleaves both classes evenly; ``mixed-formats`` is ``mixed`` with every
+    other structured prompt asking for its answer as a haiku (:data:`VERSE_ANSWER`)."""
     structured = [Prompt(STRUCTURED, text) for text in _STRUCTURED_PROMPTS]
     open_ended = [Prompt(OPEN_ENDED, text) for text in _OPEN_ENDED_PROMPTS]
     if name == "structured":
         return Workload(name, structured)
     if name == "open-ended":
         return Workload(name, open_ended)
-    if name == "mixed":
+    if name == "mixed-formats":
+        structured = [
+            Prompt(STRUCTURED, p.text + VERSE_ANSWER) if i % 2 == 0 else p for i, p in enumerate(structured)
+        ]
+    if name in ("mixed", "mixed-formats"):
         mixed = [p for pair in zip(structured, open_ended, strict=False) for p in pair]
         return Workload(name, mixed)
     raise ValueError(f"unknown workload {name!r}; built-in: {', '.join(BUILTIN)}")

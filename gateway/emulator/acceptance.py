@@ -24,8 +24,9 @@ bypass the rules with ``"vllm_xargs": {"emulated_acceptance": 0.8}`` (temperatur
 applied; the acceptance scale still is).
 
 An *acceptance profile* (``--acceptance-profile``) replaces the alphas of the table by those of a
-different draft model: a built-in one (``skewed-draft``) or a YAML file of rules, each matching a
-category of the table or a regular expression (a language's script, a phrase); first match wins.
+different draft model: a built-in one (``skewed-draft``, ``output-format``) or a YAML file of rules,
+each matching a category of the table or a regular expression (a language's script, a phrase); first
+match wins.
 """
 
 from __future__ import annotations
@@ -192,7 +193,27 @@ SKEWED_DRAFT = AcceptanceProfile(
         ProfileRule("extraction", 0.5, category="extraction"),
     ),
 )
-BUILTIN_PROFILES = {"rules": None, "skewed-draft": SKEWED_DRAFT}
+#: A draft model whose acceptance follows the output a request asks for rather than its task: a request
+#: that wants its answer in verse ("Answer as a haiku.") gets 0.15, a loss at any draft cost, however
+#: structured the task reads (a draft trained on code and data guesses no verse); any other gets its
+#: category's alpha from the table above (self-repetition: prose's). The classifier reads the task, so
+#: its prior is wrong exactly for those requests.
+OUTPUT_FORMAT = AcceptanceProfile(
+    "output-format",
+    default=PROSE_ALPHA,
+    rules=(
+        ProfileRule(
+            "verse-answer",
+            0.15,
+            pattern=re.compile(
+                r"\b(answer|reply|respond)\s+(as|in|with)\s+an?\s+(haiku|poem|limerick|sonnet|song|story)\b",
+                _F,
+            ),
+        ),
+        *(ProfileRule(name, alpha, category=name) for name, alpha, _ in RULES),
+    ),
+)
+BUILTIN_PROFILES = {"rules": None, "skewed-draft": SKEWED_DRAFT, "output-format": OUTPUT_FORMAT}
 _CATEGORIES = {name for name, _, _ in RULES} | {"self-repetition", "prose"}
 
 
@@ -235,7 +256,8 @@ def profile_from_dict(raw: object, name: str) -> AcceptanceProfile:
 
 
 def load_profile(spec: str) -> AcceptanceProfile | None:
-    """A built-in profile by name (``rules``: the table above, ``skewed-draft``) or a YAML file's path."""
+    """A built-in profile by name (``rules``: the table above, ``skewed-draft``, ``output-format``) or a YAML
+    file's path."""
     if spec in BUILTIN_PROFILES:
         return BUILTIN_PROFILES[spec]
 

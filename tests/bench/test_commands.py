@@ -177,3 +177,18 @@ def test_overhead_against_running_pair(bench_stack, tmp_path) -> None:
         "--no-stream",
     )
     assert "non-streamed" in result.output and "streamed, TTFT" not in result.output
+
+
+def test_learning_regime_options_in_virtual_time() -> None:
+    """The regimes the learning benchmark can pose: a draft changed mid-run, a temperature, a workload
+    whose answer format sets acceptance; each named in the report's first line."""
+    out = _invoke(
+        "learning", "--virtual", "--rate", "1", "--requests", "40", "--strategy", "always-baseline",
+        "--strategy", "oracle", "--switch-at", "20", "--then-profile", "rules", "--temperature", "0.5",
+        "--workload", "mixed-formats", "--acceptance-profile", "output-format",
+    ).output  # fmt: skip
+    assert "`output-format` (`rules` from request 20 on)" in out
+    assert "`mixed-formats` workload" in out and "temperature 0.5" in out
+    for args in (["--switch-at", "20"], ["--virtual", "--then-profile", "rules"]):
+        result = runner.invoke(app, ["bench", "learning", *args])
+        assert result.exit_code == 2, result.output

@@ -17,7 +17,9 @@ from gateway.emulator.config import EmulatorConfig
 FIXED = ("always-baseline", "always-speculative")
 
 
-def _run(profile: str, rates: tuple[float, ...], strategies: tuple[str, ...], **kw: Any) -> dict[str, Any]:
+def _run(
+    profile: str, rates: tuple[float, ...], strategies: tuple[str, ...] = (*FIXED,), **kw: Any
+) -> dict[str, Any]:
     opts = LearningOptions(profile=profile, rates=rates, strategies=strategies, **kw)
     loads: dict[str, Any] = simulate.execute(opts)["loads"]
     return loads
@@ -113,6 +115,38 @@ def test_replay_is_deterministic_and_follows_the_emulator_costs():
     # one request at a time below the knee: every decode step costs exactly step_ms
     assert base["tpot_ms"] == pytest.approx(step, rel=0.02)
     assert base["spec_share"] == 0.0 and once["0.2"]["always-speculative"]["spec_share"] == 1.0
+
+
+def test_a_draft_switched_from_the_first_request_is_that_draft():
+    """``--switch-at N --then-profile P``: from request N on the engines draw at P's acceptance, and the
+    oracle names P's pools; switched at 0 it is a run of P, switched past the end a run of the first."""
+    kw: dict[str, Any] = {"requests": 60, "strategies": (*FIXED, "oracle")}
+    skewed = _run("skewed-draft", (1.0,), **kw)
+    rules = _run("rules", (1.0,), **kw)
+    assert skewed != rules
+    assert _run("rules", (1.0,), switch_at=0, then_profile="skewed-draft", **kw) == skewed
+    assert _run("rules", (1.0,), switch_at=60, then_profile="skewed-draft", **kw) == rules
+    halfway = _run("rules", (1.0,), switch_at=45, then_profile="skewed-draft", **kw)  # within the judged half
+    assert halfway not in (skewed, rules)
+    with pytest.raises(ValueError, match="then-profile"):
+        _run("rules", (1.0,), switch_at=30, **kw)
+
+
+def test_temperature_lowers_the_emulated_acceptance_and_the_oracle_follows():
+    """``--temperature``: every request samples at it, the engines draw at the emulator's scaled alpha
+    (``1 - 0.45·T``), and the oracle names pools from that alpha: at 1.0 and a draft cost of 0.2 the skewed
+    draft's fiction (0.65,
+    0.36 scaled) no longer gains, and speculation alone is slower than at temperature 0."""
+    from gateway.bench.learning import emulated_alphas, oracle_pools
+
+    story = ["Write a short story about a lighthouse keeper."]
+    assert emulated_alphas(story, "skewed-draft", 1.0) == [pytest.approx(0.65 * 0.55)]
+    assert oracle_pools(story, "skewed-draft", 0.2) == ["speculative"]
+    assert oracle_pools(story, "skewed-draft", 0.2, 1.0) == ["baseline"]
+    kw: dict[str, Any] = {"requests": 60, "strategies": ("always-speculative",)}
+    cold = _run("skewed-draft", (1.0,), **kw)["1"]["always-speculative"]
+    hot = _run("skewed-draft", (1.0,), temperature=1.0, **kw)["1"]["always-speculative"]
+    assert hot["tpot_ms"] > 1.2 * cold["tpot_ms"]
 
 
 def test_unknown_strategy_is_refused():

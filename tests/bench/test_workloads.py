@@ -13,8 +13,29 @@ def test_builtin_sets_are_labelled(name: str) -> None:
     w = workloads.builtin(name)
     assert len(w.prompts) >= 20
     assert len({p.text for p in w.prompts}) == len(w.prompts)
-    expected = {"structured", "open-ended"} if name == "mixed" else {name}
+    expected = {"structured", "open-ended"} if name.startswith("mixed") else {name}
     assert set(w.labels()) == expected
+
+
+def test_mixed_formats_asks_every_other_structured_task_for_verse() -> None:
+    """The task reads as structured, the answer asked for is a haiku: under the ``output-format`` draft
+    such a request gets the acceptance of what it asks for, which the classifier cannot see."""
+    from gateway.emulator.acceptance import base_profile, load_profile
+
+    plain = workloads.builtin("mixed").prompts
+    varied = workloads.builtin("mixed-formats").prompts
+    structured = [(a, b) for a, b in zip(plain, varied, strict=True) if a.label == "structured"]
+    verse = [b for a, b in structured if b.text != a.text]
+    assert len(verse) == len(structured) // 2
+    assert all(b.text == a.text + workloads.VERSE_ANSWER for a, b in structured if b.text != a.text)
+    profile = load_profile("output-format")
+    assert {base_profile(p.text, profile).alpha for p in verse} == {0.15}
+    kept = [b for a, b in structured if b.text == a.text]
+    assert all(
+        base_profile(p.text, profile) == base_profile(p.text, None)
+        for p in kept
+        if base_profile(p.text, None).category != "self-repetition"
+    )
 
 
 def test_unknown_builtin() -> None:
