@@ -55,7 +55,10 @@ not a pool-wide change: the weights learn that; nor is a deployment unlike the p
 requests, where kinds seen for the first time, or still being learned in the run's direction, are off
 by how wrong the prior is for them and would drag every other kind with them. A change moves a common
 offset, added to every prediction, by the agreeing kinds' mean residual at once instead of waiting for
-measurements of every feature. A change that one kind shows but that cannot be shown pool-wide (the
+measurements of every feature; each kind's weight then becomes as uncertain as the shift is far from
+what that kind showed (a kind the run never measured: the shift's square), since the shift reaches it
+by extrapolation and a new draft is seldom better or worse at everything alike. A change that one kind
+shows but that cannot be shown pool-wide (the
 only kind the traffic has measured, or others moved against it) makes the weights read by the requests
 of its run as uncertain as the prior's: what was learned before it no longer holds, and the next
 measurements relearn them in a few requests instead of by slivers against a confident past.
@@ -70,14 +73,14 @@ import math
 import random
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.routing.estimates import PRIOR_OPEN, PRIOR_STRUCTURED
-from gateway.routing.features import SLOTS, Features
+from gateway.routing.features import SLOTS, Features, slot
 from gateway.types import record
 
 
@@ -388,17 +391,21 @@ class AlphaModel:
         # turned round: still being learned one way (a draft that stopped agreeing), now wrong the
         # other way. A kind first measured in the run, or still being learned in the run's direction,
         # shows how wrong the prior is, not a change.
-        means = [
-            (a[0], a[1] / a[0], abs(a[2]) < CUSUM_SLACK or sign * a[2] <= -CUSUM_SLACK) for a in run.values()
-        ]
-        agree = [m for _, m, s in means if s and sign * m > SHIFT_KIND_LOGIT]
-        against = [m for c, m, _ in means if c >= 2 and sign * m < -SHIFT_KIND_LOGIT]
+        means = {
+            k: (a[0], a[1] / a[0], abs(a[2]) < CUSUM_SLACK or sign * a[2] <= -CUSUM_SLACK)
+            for k, a in run.items()
+        }
+        agreeing = {k: m for k, (_, m, s) in means.items() if s and sign * m > SHIFT_KIND_LOGIT}
+        agree = list(agreeing.values())
+        against = [m for c, m, _ in means.values() if c >= 2 and sign * m < -SHIFT_KIND_LOGIT]
         if len(agree) >= 2 and not against:
             # every kind moved: shift every prediction by their mean residual at once, within the
             # logits a measurement can show (a residual's pseudo-observation can run far beyond them)
+            before = self.shift_offset
             self.shift_offset += sum(agree) / len(agree)
             self.shift_offset = max(-MAX_SHIFT, min(MAX_SHIFT, self.shift_offset))
             self.shifts += 1
+            self._unsure_of_kinds(agreeing, self.shift_offset - before)
         elif agree:
             # a change, but not shown to be pool-wide (one kind moved, or others moved against it):
             # what was learned about the requests that revealed it no longer holds, so their weights
@@ -410,6 +417,27 @@ class AlphaModel:
         self._up = self._down = 0.0
         for side in (self._run_up, self._run_down, self._slots_up, self._slots_down):
             side.clear()
+
+    def _unsure_of_kinds(self, moved: Mapping[str, float], shift: float) -> None:
+        """After a pool-wide shift, each kind's weight is as unsure as the shift is far from what that
+        kind showed.
+
+        The shift is the mean of what the kinds that revealed it showed; every other kind gets it by
+        extrapolation. A new draft is seldom worse (or better) at everything alike: one that fails at
+        data formats may be far better at code and fiction, which, sent to baseline by the prior, the
+        run never measured. Moved by the shift with the certainty they had before, such kinds were
+        predicted to lose and never sent to be measured again (after a switch from the ``rules`` draft
+        to ``skewed-draft``, fiction at 0.65 was read as 0.1 for good on two seeds of twelve). So a kind
+        the run did not measure takes the shift's square as variance on its weight, one that did the
+        square of its own distance from the shift: its next measurements set it, and until then
+        exploration draws reach as far as the shift went.
+        """
+        var, own = self.var, self.own_var
+        for kind in self._kind_z:
+            off = moved.get(kind, 0.0) - shift
+            s = slot("kind=" + kind)
+            var[s] += off * off
+            own[s] += off * off
 
     def state(self) -> AlphaState:
         """What this model has learned (``gateway.routing.learned`` keeps it on disk).
