@@ -1432,14 +1432,21 @@ static PyObject *norm(PyObject *module, PyObject *text)
 
 /* ---- the whole prediction ---------------------------------------------------------------------------
  *
- * ``Classifier.predict`` after the request's view, for a prompt whose scanned window holds no CJK character
- * (those keep the sets of ``features.extract``): the windows sliced and lower-cased, the last segment found
+ * ``Classifier.predict`` after the request's view: the windows sliced and lower-cased, the last segment found
  * as ``features.last_segment`` finds it, the words hashed and looked up, the cue lexicons' bits, the
  * character windows normalised and counted, the structural cues, the score summed in ``Classifier.score``'s
  * order (the bias, then the character namespaces' share, the word namespaces' share, the first words, the
  * dense cues' weighted sum), the calibration table, the request fields' shift, the sigmoid, the label and
  * the kind (``kinds.kind_of``). Every operation is the one the Python does, in its order, with its one
- * rounding (``tests/classifiers/test_grams_scorer.py`` holds the two to each other bit for bit). */
+ * rounding (``tests/classifiers/test_grams_scorer.py`` holds the two to each other bit for bit).
+ *
+ * A scanned window that holds a character from U+3040 on is read by ``features.extract`` with Python sets
+ * (its cues also read the CJK characters and character pairs of the instruction windows, ``_cjk_grams``), and
+ * ``Classifier.score`` then adds each word namespace's share on its own, its weights summed in the order the
+ * set holds its grams. The scorer does the same for such a window: the CJK grams' hashes are looked up in the
+ * cue table like the words', and the word namespaces' grams are built as the same Python sets (the same
+ * strings added in the same order, so the same iteration order) and summed in that order, each share added
+ * to the score in turn; the rest is the hashed reading above. */
 
 #define LAST_MAX 300
 #define LAST_MIN_TEXT (CHAR_HEAD + CHAR_TAIL)
@@ -1450,6 +1457,7 @@ static PyObject *norm(PyObject *module, PyObject *text)
 #define WINDOW_HEAD 250
 #define WINDOW_TAIL 300
 #define N_KIND_CUES 9
+#define CJK_MAX 800
 
 enum { NS_CH, NS_CT, NS_CB, NS_CX }; /* ``features.CHAR_ORDERS`` */
 enum { NS_WH, NS_WT, NS_WL, NS_X }; /* ``features.HASHED_NAMESPACES`` */
@@ -1508,6 +1516,7 @@ typedef struct {
 typedef struct {
     int ns, twin;
     GramTable *table, *merged;
+    PyObject *weights, *merged_weights; /* the same tables as dicts (merged_weights: NULL for none), for sets */
 } WordStep;
 
 typedef struct {
@@ -1536,6 +1545,8 @@ static void Scorer_clear(Scorer *self)
     for (int k = 0; k < self->n_words; k++) {
         Py_CLEAR(self->words[k].table);
         Py_CLEAR(self->words[k].merged);
+        Py_CLEAR(self->words[k].weights);
+        Py_CLEAR(self->words[k].merged_weights);
     }
     self->n_chars = self->n_words = 0;
     Py_CLEAR(self->first);
@@ -1635,9 +1646,15 @@ static int Scorer_init(Scorer *self, PyObject *args, PyObject *kwds)
         self->need_chars[c->ns] = 1;
     }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(words); k++) {
-        PyObject *step = PyList_GET_ITEM(words, k), *table, *merged;
+        PyObject *step = PyList_GET_ITEM(words, k), *table, *merged, *weights, *merged_weights;
         WordStep *w = &self->words[self->n_words];
-        if (!PyArg_ParseTuple(step, "iOiO", &w->ns, &table, &w->twin, &merged)) {
+        if (!PyArg_ParseTuple(step, "iOiOO!O", &w->ns, &table, &w->twin, &merged, &PyDict_Type, &weights,
+                              &merged_weights)) {
+            goto fail;
+        }
+        if ((merged == Py_None) != (merged_weights == Py_None) ||
+            (merged_weights != Py_None && !PyDict_Check(merged_weights))) {
+            PyErr_SetString(PyExc_TypeError, "a merged table comes with its dict, and only with it");
             goto fail;
         }
         if (w->ns < 0 || w->ns > 3 || w->twin < -1 || w->twin > 3) {
@@ -1652,6 +1669,8 @@ static int Scorer_init(Scorer *self, PyObject *args, PyObject *kwds)
         if (w->merged == NULL && PyErr_Occurred()) {
             goto fail;
         }
+        w->weights = Py_NewRef(weights);
+        w->merged_weights = merged_weights == Py_None ? NULL : Py_NewRef(merged_weights);
         self->need_words[w->ns] = 1;
     }
     if (first != Py_None) {
@@ -1902,10 +1921,138 @@ static inline double lexicon_flag(uint64_t bits, Py_ssize_t k)
     return bits >> k & 1 ? 1.0 : 0.0;
 }
 
+/* The cue bits of ``features._cjk_grams`` over ``t[start:end]``: each character of a run of CJK characters
+   and each two neighbours in it, hashed as ``gram_hash`` hashes their strings and looked up in the cue table.
+   ``*budget`` is what is left of CJK_MAX characters: the head and the tail window read one after the other
+   share it, as the runs of their join (a line break between them) do. */
+static uint64_t cjk_bits(const GramTable *cues, const Text *t, Py_ssize_t start, Py_ssize_t end,
+                         Py_ssize_t *budget)
+{
+    uint64_t bits = 0;
+    Py_ssize_t i = start;
+    while (i < end && *budget > 0) {
+        if (!is_cjk(AT(t, i))) {
+            i++;
+            continue;
+        }
+        Py_ssize_t run_end = i + 1;
+        while (run_end < end && is_cjk(AT(t, run_end))) {
+            run_end++;
+        }
+        Py_ssize_t stop = run_end - i > *budget ? i + *budget : run_end; /* ``run[:budget]`` */
+        for (Py_ssize_t j = i; j < stop; j++) {
+            bits |= (uint64_t)lookup(cues, gram_hash(t->kind, t->data, j, 1));
+            if (j + 1 < stop) {
+                bits |= (uint64_t)lookup(cues, gram_hash(t->kind, t->data, j, 2));
+            }
+        }
+        *budget -= stop - i;
+        i = run_end;
+    }
+    return bits;
+}
+
+/* ``word_grams(text[start:end].lower())[1]``, or with ``tokens_only`` ``set(word_grams(...)[0])``: the set
+   ``features.extract`` builds, its strings added in the same order */
+static PyObject *word_set(PyObject *text, Py_ssize_t start, Py_ssize_t end, int tokens_only)
+{
+    PyObject *low = lowered_slice(text, start, end);
+    if (low == NULL) {
+        return NULL;
+    }
+    PyObject *both = word_grams(NULL, low);
+    Py_DECREF(low);
+    if (both == NULL) {
+        return NULL;
+    }
+    PyObject *out = tokens_only ? PySet_New(PyTuple_GET_ITEM(both, 0)) : Py_NewRef(PyTuple_GET_ITEM(both, 1));
+    Py_DECREF(both);
+    return out;
+}
+
+/* ``sum(map(weights.get, grams, repeat(0.0))) / math.sqrt(len(grams))`` over a non-empty set, in the set's
+   own order: 0; 1 where a weight is not a float (the interpreter's arithmetic is not this one); -1 with the
+   error. */
+static int set_share(PyObject *weights, PyObject *grams, double *out)
+{
+    PySum sum = {0.0, 0.0, 1};
+    PyObject *it = PyObject_GetIter(grams), *g;
+    if (it == NULL) {
+        return -1;
+    }
+    while ((g = PyIter_Next(it)) != NULL) {
+        PyObject *w = PyDict_GetItemWithError(weights, g);
+        Py_DECREF(g);
+        if (w == NULL && PyErr_Occurred()) {
+            Py_DECREF(it);
+            return -1;
+        }
+        if (w != NULL && !PyFloat_CheckExact(w)) {
+            Py_DECREF(it);
+            return 1;
+        }
+        pysum_add(&sum, w == NULL ? 0.0 : PyFloat_AS_DOUBLE(w));
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    *out = pysum_result(&sum) / sqrt((double)PySet_GET_SIZE(grams));
+    return 0;
+}
+
+/* The first words' share of the score (``f``: the first all-letter word of the scanned window, and the
+   first two joined by a space): 1 with it in ``*out``, 0 where the model or the window has none, -1 with
+   an error. A set of two grams sums to the same float in either order. */
+static int first_share(const Scorer *self, PyObject *low, const Words *sc, double *out)
+{
+    if (self->first == NULL || sc->nfirst == 0) {
+        return 0;
+    }
+    PyObject *grams[2] = {NULL, NULL};
+    PySum sum = {0.0, 0.0, 1};
+    int ok = 1;
+    for (Py_ssize_t f = 0; f < sc->nfirst && ok; f++) {
+        PyObject *word = PyUnicode_Substring(low, sc->first_start[f], sc->first_start[f] + sc->first_len[f]);
+        if (word == NULL) {
+            ok = 0;
+        }
+        else if (f == 0) {
+            grams[0] = word;
+        }
+        else {
+            grams[1] = pair(grams[0], word);
+            Py_DECREF(word);
+            ok = grams[1] != NULL;
+        }
+    }
+    for (int g = 0; g < 2 && ok && grams[g] != NULL; g++) {
+        PyObject *w = PyDict_GetItemWithError(self->first, grams[g]);
+        if (w == NULL && PyErr_Occurred()) {
+            ok = 0;
+        }
+        else if (w != NULL && !PyFloat_CheckExact(w)) {
+            PyErr_SetString(PyExc_TypeError, "the first words' weights must be floats");
+            ok = 0;
+        }
+        else {
+            pysum_add(&sum, w == NULL ? 0.0 : PyFloat_AS_DOUBLE(w));
+        }
+    }
+    Py_XDECREF(grams[0]);
+    Py_XDECREF(grams[1]);
+    if (!ok) {
+        return -1;
+    }
+    *out = pysum_result(&sum) / sqrt((double)sc->nfirst);
+    return 1;
+}
+
 PyDoc_STRVAR(scorer_predict_doc,
              "predict(text, context, turns, has_system, tools, constrained, shift) -> Prediction | None\n\n"
              "``Classifier.predict`` of a view with these fields and the request fields' ``shift``; None where "
-             "the scanned window holds a CJK character (the caller then reads the sets).");
+             "a word weight the sets of a window with CJK characters read is not a float (the caller then "
+             "reads it).");
 
 static PyObject *Scorer_predict(Scorer *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1937,18 +2084,18 @@ static PyObject *Scorer_predict(Scorer *self, PyObject *const *args, Py_ssize_t 
     if (scanned == NULL) {
         return NULL;
     }
-    if (!PyUnicode_IS_ASCII(scanned)) { /* ``_FROM_KANA``: a character from U+3040 on */
+    int cjk = 0; /* ``features.extract``'s ``cjk``: a character from U+3040 on in the scanned window */
+    if (!PyUnicode_IS_ASCII(scanned)) {
         Text s = {PyUnicode_KIND(scanned), PyUnicode_DATA(scanned), PyUnicode_GET_LENGTH(scanned)};
-        for (Py_ssize_t i = 0; i < s.len; i++) {
-            if (AT(&s, i) >= 0x3040) {
-                Py_DECREF(scanned);
-                Py_RETURN_NONE;
-            }
+        for (Py_ssize_t i = 0; i < s.len && !cjk; i++) {
+            cjk = AT(&s, i) >= 0x3040;
         }
     }
     PyObject *result = NULL, *low = NULL, *windows[4] = {NULL, NULL, NULL, NULL};
+    PyObject *sets[4] = {NULL, NULL, NULL, NULL}, *scanned_set = NULL; /* a CJK window's word sets */
     Words sc = {0}, head = {0}, tail = {0}, context = {0}, last = {0}, whole_context = {0};
     Words *word_windows[4] = {NULL, NULL, NULL, NULL};
+    Py_ssize_t last_a = 0, last_b = 0;
 
     /* the words: the scanned window, the tail and head windows (the scanned one where the text is short),
        the cue lexicons' bits and the code keywords */
@@ -1973,6 +2120,12 @@ static PyObject *Scorer_predict(Scorer *self, PyObject *const *args, Py_ssize_t 
     if (tail_w != head_w) {
         bits |= hashes_bits(self->cues, tail_w->hashes, tail_w->n);
     }
+    if (cjk) { /* the CJK grams of ``text[:HEAD_NS] + "\n" + text[-TAIL_NS:]``, as they are (not lowered) */
+        Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), len};
+        Py_ssize_t budget = CJK_MAX;
+        bits |= cjk_bits(self->cues, &t, 0, len < HEAD_NS ? len : HEAD_NS, &budget);
+        bits |= cjk_bits(self->cues, &t, len > TAIL_NS ? len - TAIL_NS : 0, len, &budget);
+    }
     Py_ssize_t code_kw = (Py_ssize_t)hashes_sum(self->code, sc.hashes, sc.n);
     uint64_t context_bits = 0;
     if (clen) {
@@ -1986,16 +2139,15 @@ static PyObject *Scorer_predict(Scorer *self, PyObject *const *args, Py_ssize_t 
     word_windows[NS_WT] = tail_w;
     if (self->need_words[NS_WL]) {
         Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), len};
-        Py_ssize_t a, b;
-        last_segment(&t, &a, &b);
-        if (b > a) {
-            if (lower_and_hash(text, a, b, 1, &last) < 0) {
+        last_segment(&t, &last_a, &last_b);
+        if (last_b > last_a && !cjk) {
+            if (lower_and_hash(text, last_a, last_b, 1, &last) < 0) {
                 goto done;
             }
             word_windows[NS_WL] = &last;
         }
     }
-    if (with_context && self->need_words[NS_X]) {
+    if (with_context && self->need_words[NS_X] && !cjk) {
         if (lower_and_hash(ctx, 0, clen < CONTEXT_WINDOW ? clen : CONTEXT_WINDOW, 0, &whole_context) < 0) {
             goto done;
         }
@@ -2076,61 +2228,102 @@ static PyObject *Scorer_predict(Scorer *self, PyObject *const *args, Py_ssize_t 
         }
     }
     z += share;
-    share = 0.0;
-    for (int k = 0; k < self->n_words; k++) {
-        const WordStep *w = &self->words[k];
-        Words *words = word_windows[w->ns];
-        if (words == NULL || words->n == 0) {
-            continue;
-        }
-        const GramTable *table = w->table;
-        if (w->twin >= 0 && word_windows[w->twin] == words) {
-            if (w->merged == NULL) {
+    double first = 0.0;
+    int has_first = first_share(self, low, &sc, &first);
+    if (has_first < 0) {
+        goto done;
+    }
+    if (!cjk) {
+        share = 0.0;
+        for (int k = 0; k < self->n_words; k++) {
+            const WordStep *w = &self->words[k];
+            Words *words = word_windows[w->ns];
+            if (words == NULL || words->n == 0) {
                 continue;
             }
-            table = w->merged;
+            const GramTable *table = w->table;
+            if (w->twin >= 0 && word_windows[w->twin] == words) {
+                if (w->merged == NULL) {
+                    continue;
+                }
+                table = w->merged;
+            }
+            share += hashes_sum(table, words->hashes, words->n) / sqrt((double)words->n);
         }
-        share += hashes_sum(table, words->hashes, words->n) / sqrt((double)words->n);
+        z += share;
+        if (has_first) {
+            z += first;
+        }
     }
-    z += share;
-    if (self->first != NULL && sc.nfirst > 0) {
-        /* the first word, and the first two joined by a space */
-        PyObject *grams[2] = {NULL, NULL};
-        PySum sum = {0.0, 0.0, 1};
-        int ok = 1;
-        for (Py_ssize_t f = 0; f < sc.nfirst && ok; f++) {
-            PyObject *word = PyUnicode_Substring(low, sc.first_start[f], sc.first_start[f] + sc.first_len[f]);
-            if (word == NULL) {
-                ok = 0;
+    else {
+        /* the sets ``features.extract`` builds for the word namespaces with weights (a short text's head and
+           tail window one set, the scanned window's), each namespace's share added on its own in
+           ``NAMESPACES`` order, the first words between the tail window and the chat context */
+        for (int k = 0; k < self->n_words; k++) {
+            int ns = self->words[k].ns;
+            if (sets[ns] != NULL) {
+                continue;
             }
-            else if (f == 0) {
-                grams[0] = word;
+            if ((ns == NS_WH && len <= HEAD_NS) || (ns == NS_WT && len <= TAIL_NS)) {
+                if (scanned_set == NULL) {
+                    PyObject *both = word_grams(NULL, low);
+                    if (both == NULL) {
+                        goto done;
+                    }
+                    scanned_set = Py_NewRef(PyTuple_GET_ITEM(both, 1));
+                    Py_DECREF(both);
+                }
+                sets[ns] = Py_NewRef(scanned_set);
+            }
+            else if (ns == NS_WH) {
+                sets[ns] = word_set(text, 0, HEAD_NS, 0);
+            }
+            else if (ns == NS_WT) {
+                sets[ns] = word_set(text, len - TAIL_NS, len, 0);
+            }
+            else if (ns == NS_WL) {
+                sets[ns] = last_b > last_a ? word_set(text, last_a, last_b, 0) : PySet_New(NULL);
             }
             else {
-                grams[1] = pair(grams[0], word);
-                Py_DECREF(word);
-                ok = grams[1] != NULL;
+                sets[ns] = with_context ? word_set(ctx, 0, clen < CONTEXT_WINDOW ? clen : CONTEXT_WINDOW, 1)
+                                        : PySet_New(NULL);
+            }
+            if (sets[ns] == NULL) {
+                goto done;
             }
         }
-        for (int g = 0; g < 2 && ok && grams[g] != NULL; g++) {
-            PyObject *w = PyDict_GetItemWithError(self->first, grams[g]);
-            if (w == NULL && PyErr_Occurred()) {
-                ok = 0;
+        static const int order[5] = {NS_WH, NS_WT, -1, NS_X, NS_WL}; /* -1: the first words */
+        for (int o = 0; o < 5; o++) {
+            if (order[o] < 0) {
+                if (has_first) {
+                    z += first;
+                }
+                continue;
             }
-            else if (w != NULL && !PyFloat_CheckExact(w)) {
-                PyErr_SetString(PyExc_TypeError, "the first words' weights must be floats");
-                ok = 0;
-            }
-            else {
-                pysum_add(&sum, w == NULL ? 0.0 : PyFloat_AS_DOUBLE(w));
+            for (int k = 0; k < self->n_words; k++) {
+                const WordStep *w = &self->words[k];
+                PyObject *grams = sets[w->ns], *weights = w->weights;
+                if (w->ns != order[o] || PySet_GET_SIZE(grams) == 0) {
+                    continue;
+                }
+                if (w->twin >= 0 && sets[w->twin] == grams) {
+                    if (w->merged_weights == NULL) {
+                        continue;
+                    }
+                    weights = w->merged_weights;
+                }
+                double part;
+                int rc = set_share(weights, grams, &part);
+                if (rc < 0) {
+                    goto done;
+                }
+                if (rc > 0) { /* the Python adds what is not a float its own way */
+                    result = Py_NewRef(Py_None);
+                    goto done;
+                }
+                z += part;
             }
         }
-        Py_XDECREF(grams[0]);
-        Py_XDECREF(grams[1]);
-        if (!ok) {
-            goto done;
-        }
-        z += pysum_result(&sum) / sqrt((double)sc.nfirst);
     }
     {
         /* the dense cues in the order ``features`` writes them: base, the layout cues that are set, the cue
@@ -2248,8 +2441,10 @@ static PyObject *Scorer_predict(Scorer *self, PyObject *const *args, Py_ssize_t 
 done:
     Py_DECREF(scanned);
     Py_XDECREF(low);
+    Py_XDECREF(scanned_set);
     for (int k = 0; k < 4; k++) {
         Py_XDECREF(windows[k]);
+        Py_XDECREF(sets[k]);
     }
     PyMem_Free(sc.hashes);
     PyMem_Free(head.hashes);

@@ -65,7 +65,8 @@ class Scorer(Generic[_P]):
         self,
         bias: float,
         chars: list[tuple[int, tuple[int, ...], GramTable, int, GramTable | None]],
-        words: list[tuple[int, GramTable, int, GramTable | None]],
+        # (namespace, table, twin, merged table, the table as a dict, the merged one as a dict)
+        words: list[tuple[int, GramTable, int, GramTable | None, dict[str, float], dict[str, float] | None]],
         first: dict[str, float] | None,
         dense: dict[str, float],
         reader: DenseReader,
@@ -92,4 +93,6 @@ class Scorer(Generic[_P]):
         /,
     ) -> _P | None:
         """The prediction of a view with these fields and the request fields' ``shift``: ``prediction(p,
-        label, kind)``; None where the scanned window holds a CJK character."""
+        label, kind)``. A scanned window with a character from U+3040 on sums its word grams over the sets
+        ``features.extract`` builds, in their order; None where such a window meets a word weight that is
+        not a float."""

@@ -263,6 +263,8 @@ class Classifier:
             return None
         chars, words = list(CHAR_ORDERS), list(HASHED_NAMESPACES)
         cues = list(CUES)
+        # the word tables as dicts too: a window with CJK characters sums them over ``extract``'s sets
+        dicts = {ns: (table, merged) for ns, table, _, merged in self._plan}
         return SCORER(
             self.bias,
             [
@@ -270,7 +272,7 @@ class Classifier:
                 for ns, orders, table, twin, merged in self._char_plan
             ],
             [
-                (words.index(ns), table, -1 if twin is None else words.index(twin), merged)
+                (words.index(ns), table, -1 if twin is None else words.index(twin), merged, *dicts[ns])
                 for ns, table, twin, merged in self._word_plan
             ],
             first or None,
@@ -373,7 +375,7 @@ class Classifier:
                 return self._prediction(z, kind)
             scorer = self._scorer
             if scorer is not None:
-                # in C, but for a scanned window with CJK characters (None): those read their grams as sets
+                # in C, but where a window with CJK characters meets a word weight that is not a float (None)
                 out = scorer.predict(text, context, v.turns, v.has_system, v.tools, v.constrained, _shift(v))
                 if out is not None:
                     return out

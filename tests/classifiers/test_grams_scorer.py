@@ -2,7 +2,9 @@
 """The whole prediction in C (``classifiers/_grams.c`` ``Scorer``, ``Classifier._scorer``) against the Python
 it stands in for (``extract``, ``score``, ``calibrated``, ``_shift``, ``_sigmoid``, ``kind_of``): the same
 p_structured, compared by its float's bits, the same label and kind. A prompt whose scanned window holds a
-CJK character is handed back (None) and read by the Python."""
+character from U+3040 on is read by the Python with sets (its cues also read CJK characters and pairs), and
+by the scorer with the same sets summed in their order: the same bits too, in CJK, kana, Hangul and mixed
+scripts."""
 
 from __future__ import annotations
 
@@ -134,6 +136,69 @@ def _more_bodies() -> Iterator[dict[str, Any]]:
             *[{"role": "user" if i % 2 else "assistant", "content": f"turn {i}"} for i in range(7)],
         ]
     }
+    yield from _cjk_bodies()
+
+
+# pieces in every script the cues meet: CJK words of the lexicons (重复, 代码, 翻译, 诗 ...), kana, Hangul,
+# full-width marks (the last segment's CJK sentence ends, U+FF01 on), Arabic, Hebrew, Cyrillic, Devanagari,
+# an emoji outside the BMP, combining marks, Latin words of the lexicons and digits
+_CJK_PIECES = [
+    "请把下面的文字翻译成英文。",
+    "重复这句话三遍",
+    "写一首关于秋天的诗，",
+    "用Python写代码：",
+    "根据上文回答问题？",
+    "日本語の文章を書いてください。",
+    "これはテストです",
+    "カタカナー・テスト！",
+    "한국어 텍스트를 작성하세요",
+    "요약해 주세요：",
+    "مرحبا بالعالم ",
+    "שלום עולם ",
+    "Привет мир ",
+    "नमस्ते दुनिया ",
+    "😀🎉👍 ",
+    "e\u0301a\u0308 ",
+    "Write a poem about the sea. ",
+    "Copy the json below: ",
+    "12, 13, 14, 15; ",
+    "\n",
+    "\n\n",
+    "ｆｕｌｌ　ｗｉｄｔｈ",
+]
+
+
+def _cjk_bodies() -> Iterator[dict[str, Any]]:
+    """CJK, kana, Hangul and mixed-script prompts around every window's edge: runs cut by the head and tail
+    windows, runs longer than CJK_MAX, a lexicon's CJK pair split by a window's end, chats with CJK system
+    prompts."""
+    r = random.Random(23)
+    run = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(5000))  # one run of 5,000 CJK characters
+    yield {"prompt": run}
+    yield {"prompt": run[: F.CJK_MAX + 1] + " copy " + run[: F.CJK_MAX + 1]}
+    edges = [F.CHAR_HEAD, F.HEAD_NS, F.TAIL_NS, F.HEAD + 1, F.LAST_MIN_TEXT, F.LAST_MAX, F.HEAD + F.TAIL + 1]
+    for n in (1, 2, 2000, *(e + d for e in edges for d in (-1, 0, 1))):
+        for piece in ("重复", "诗", "翻译", "한국", "カナ"):
+            latin = ("Lorem ipsum dolor sit amet, 12 consectetur; " * 60)[:n]
+            # the piece at the end of the head window, at the start of the tail window, and ending the text
+            yield {"prompt": latin[: F.HEAD_NS - 1] + piece + latin[F.HEAD_NS - 1 :]}
+            yield {"prompt": latin[: max(n - F.TAIL_NS - 1, 0)] + piece + latin[max(n - F.TAIL_NS - 1, 0) :]}
+            yield {"prompt": latin + piece}
+            yield {"prompt": run[:n] + piece + latin}
+    for _ in range(400):
+        n = r.choice([10, 100, 161, 241, 400, 551, 900, 4000])
+        text = ""
+        while len(text) < n:
+            text += r.choice(_CJK_PIECES)
+        body: dict[str, Any] = {"prompt": text[:n] if r.random() < 0.5 else text[-n:]}
+        if r.random() < 0.2:
+            body = {
+                "messages": [
+                    {"role": "system", "content": r.choice(_CJK_PIECES) * r.randint(1, 60)},
+                    {"role": "user", "content": body["prompt"]},
+                ]
+            }
+        yield body
 
 
 @needs_c
@@ -231,22 +296,61 @@ def test_weights_that_are_not_floats_keep_the_python() -> None:
 
 
 @needs_c
-def test_a_cjk_window_is_handed_back_to_the_python() -> None:
+def test_a_cjk_window_is_read_in_c() -> None:
     clf = load_default()
     assert clf._scorer is not None
-    assert clf._scorer.predict("请把下面的文字翻译成英文", "", 1, False, False, 0.0, 0.0) is None
-    # one character from U+3040 on anywhere in the scanned window
-    assert clf._scorer.predict("x" * 600 + "ぁ", "", 1, False, False, 0.0, 0.0) is None
-    assert clf._scorer.predict("x" * 300 + "ぁ" + "x" * 300, "", 1, False, False, 0.0, 0.0) is not None
-    assert clf._scorer.predict("。 x", "", 1, False, False, 0.0, 0.0) is not None  # U+3002: before U+3040
+    for text in (
+        "请把下面的文字翻译成英文",
+        "x" * 600 + "ぁ",
+        "x" * 300 + "ぁ" + "x" * 300,
+        "。 x",
+        "한국어 😀",
+    ):
+        assert clf._scorer.predict(text, "", 1, False, False, 0.0, 0.0) == clf.predict({"prompt": text})
+    # the CJK cue words are read as characters and character pairs: 翻译 is a rewrite, 诗 a poem
+    assert clf.predict({"prompt": "请把下面的文字翻译成英文"}).kind == "rewrite"
+    assert clf.predict({"prompt": "写一首关于秋天的诗"}).kind == "creative"
+
+
+@needs_c
+@pytest.mark.parametrize("body", list(_cjk_bodies())[::7], ids=lambda b: str(len(str(b))))
+def test_cjk_and_mixed_script_prompts_get_the_python_prediction_in_c(body: dict[str, Any]) -> None:
+    assert _same(load_default(), body)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(_CJK_PIECES), max_size=120).map("".join),
+    cut=st.integers(min_value=0, max_value=1200),
+    context=st.sampled_from(["", "你是一个翻译助手。", "You are a pirate."]),
+)
+def test_generated_cjk_texts_get_the_python_prediction_in_c(text: str, cut: int, context: str) -> None:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": text[cut:]}]}
+    if context:
+        body["messages"].insert(0, {"role": "system", "content": context})
+    assert _same(load_default(), body) or not text[cut:].strip()
+
+
+@needs_c
+def test_a_cjk_window_with_a_word_weight_that_is_not_a_float_is_handed_back() -> None:
+    shipped = load_default()
+    clf = _variant(sparse={**shipped.sparse, "wl": {**shipped.sparse["wl"], "copy": 1}})
+    assert clf._scorer is not None  # the word tables' weights are read into the hash tables as floats
+    text = "x" * 300 + " 请把下面的文字翻译成英文\ncopy"
+    assert clf._scorer.predict(text, "", 1, False, False, 0.0, 0.0) is None
+    # without a CJK character the words are read as hashes, the weight taken as the float it is
+    assert clf._scorer.predict("x" * 300 + " translate\ncopy", "", 1, False, False, 0.0, 0.0) is not None
+    assert _bits(clf.predict({"prompt": text})) == _bits(_python(clf, {"prompt": text}))
 
 
 @needs_c
 def test_the_scorer_fails_where_the_python_fails() -> None:
     clf = load_default()
     assert clf._scorer is not None
-    # a lone surrogate sits past U+3040: handed back, and the Python's ``str.encode`` refuses it
-    assert clf._scorer.predict("x \ud800 y", "", 1, False, False, 0.0, 0.0) is None
+    # a lone surrogate in the scanned window: ``str.encode`` refuses it in the Python's structural cues
+    with pytest.raises(UnicodeEncodeError):
+        clf._scorer.predict("x \ud800 y", "", 1, False, False, 0.0, 0.0)
     with pytest.raises(ValueError, match="math domain"):
         clf._scorer.predict("x", "", 0, False, False, 0.0, 0.0)
     with pytest.raises(TypeError):
@@ -263,13 +367,15 @@ def test_without_the_extension_the_python_predicts(monkeypatch: pytest.MonkeyPat
     assert clf.predict({"prompt": "Write one sentence."}) == load_default().predict(
         {"prompt": "Write one sentence."}
     )
+    for body in list(_cjk_bodies())[::25]:
+        plain, fast = clf.predict(body), load_default().predict(body)
+        assert (plain.label, plain.kind) == (fast.label, fast.kind)
+        assert plain.p_structured == pytest.approx(fast.p_structured, abs=1e-12)
 
 
 @needs_c
-def test_the_written_prompts_are_all_read_in_c_but_the_cjk_ones() -> None:
+def test_the_written_prompts_are_all_read_in_c() -> None:
     clf = load_default()
     assert clf._scorer is not None
     for prompt in _prompts():
-        window = F.window(prompt)
-        cjk = any(ord(c) >= 0x3040 for c in window)
-        assert (clf._scorer.predict(prompt, "", 1, False, False, 0.0, 0.0) is None) == cjk, prompt
+        assert clf._scorer.predict(prompt, "", 1, False, False, 0.0, 0.0) is not None, prompt
