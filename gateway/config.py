@@ -663,13 +663,26 @@ def _format_validation_error(
 ) -> str:
     """One line: every bad key, what is wrong with it and the source that gave it."""
     problems = []
-    for e in err.errors():
+    errors = err.errors()
+    for e in errors[:MAX_PROBLEMS]:
         loc = tuple(e["loc"])
-        key = ".".join(str(p) for p in loc) or "<root>"
+        key = _shown(".".join(str(p) for p in loc) or "<root>")
         cause = e.get("ctx", {}).get("error")
         fields = cause.fields if isinstance(cause, _Conflict) else ()
         problems.append(f"{key}: {e['msg']} (from {_where(loc, fields, file, file_data, flags)})")
+    if len(errors) > MAX_PROBLEMS:
+        problems.append(f"and {len(errors) - MAX_PROBLEMS} more")
     return "invalid configuration: " + "; ".join(problems)
+
+
+#: the most problems one message lists, and the longest key it shows: a key comes from the file, and a file
+#: given by mistake (a secrets file, a .netrc) would otherwise be echoed into the log line by line
+MAX_PROBLEMS = 12
+MAX_KEY_SHOWN = 60
+
+
+def _shown(key: str) -> str:
+    return key if len(key) <= MAX_KEY_SHOWN else key[: MAX_KEY_SHOWN - 1] + "…"
 
 
 def _is_structured(annotation: Any) -> bool:
@@ -868,15 +881,27 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            raw = yaml.load(Path(path).read_text(), Loader=_UniqueKeyLoader)  # a safe loader
+            # YAML is UTF-8 whatever the locale says (a minimal container's is often C/POSIX)
+            raw = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # safe loader
         except OSError as e:
             raise ConfigError(f"cannot read configuration {path}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(
+                f"configuration {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
+            ) from None
         except yaml.YAMLError as e:
             raise ConfigError(_yaml_problem(path, e)) from None
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
             raise ConfigError(f"configuration {path} must be a mapping at the top level")
+        if raw and not any(isinstance(k, str) and k in Settings.model_fields for k in raw):
+            # not one section of ours: most likely another file given by mistake, whose keys (secrets,
+            # perhaps) need not be listed back
+            raise ConfigError(
+                f"configuration {path} does not look like a SpecRoute configuration: none of its"
+                f" {len(raw)} top-level keys is a section ({', '.join(Settings.model_fields)})"
+            )
         data = raw
     flags = overrides or {}
     unknown = _unknown_env(data, flags)

@@ -88,6 +88,9 @@ def check_path(path: Path) -> None:
     where = f"routing.state_file: {path}"
     if path.is_dir():
         raise ConfigError(f"{where} is a directory")
+    if path.exists() and not path.is_file():
+        # a FIFO or a device: reading it at start would block for good, deaf to SIGTERM
+        raise ConfigError(f"{where} is not a regular file")
     parent = path.parent
     if not parent.is_dir():
         raise ConfigError(f"{where}: its directory {parent} does not exist")

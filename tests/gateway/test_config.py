@@ -129,6 +129,33 @@ def test_unreadable_and_malformed_files(tmp_path):
         load_settings(bad)
 
 
+def test_a_file_that_is_not_utf8_text_is_one_line_not_a_traceback(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"server:\n  port: 1\n\xff\xfe bad\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert str(err.value) == f"configuration {path} is not UTF-8 text (byte 0xff at offset 18)"
+
+
+def test_a_file_given_by_mistake_is_not_echoed_back(tmp_path):
+    """A secrets file or .netrc given as --config: its keys may be secrets; the message goes to logs."""
+    path = tmp_path / "c.yaml"
+    path.write_text("machine: api.example.com\nlogin: someone\npassword: hunter2\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    message = str(err.value)
+    assert "does not look like a SpecRoute configuration" in message and "server, pools" in message
+    assert "hunter2" not in message and "password" not in message
+    # among our sections, unknown keys are named, but a handful and each cut short
+    long_key = "k" * 500
+    path.write_text(POOLS_YAML + "".join(f"extra{i}: v\n" for i in range(30)) + f"{long_key}: v\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    message = str(err.value)
+    assert "extra0: Extra inputs are not permitted" in message and message.endswith("and 19 more")
+    assert long_key not in message and len(message) < 1500
+
+
 POOLS_YAML = """\
 pools:
   speculative: &pool

@@ -252,6 +252,11 @@ def test_a_path_that_could_never_be_written_stops_start_up(tmp_path: Path) -> No
         check_path(tmp_path / "missing" / "learned.json")
     with pytest.raises(ConfigError, match=r"routing.state_file: .* is a directory"):
         check_path(tmp_path)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # reading it at start would block for good
+    with pytest.raises(ConfigError, match=r"routing.state_file: .*fifo.json is not a regular file"):
+        check_path(fifo)
+    fifo.unlink()
     check_path(tmp_path / "learned.json")  # a file yet to be written is fine
     assert list(tmp_path.iterdir()) == []  # and the check left nothing behind
     # the permission bits may say yes where a write fails: root, a special or read-only filesystem
