@@ -209,6 +209,9 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
                 "gateway.server:app_from_env", factory=True, workers=server.workers, **common
             )
             sock = config.bind_socket()
+            # uvicorn's bind does not listen: until the first worker had started, a client that took
+            # the line below at its word was refused; listening here, the kernel queues it instead
+            sock.listen(server.backlog)
             log.info("%s (%d workers)", listening(config.is_ssl, [sock]), server.workers)
             with contextlib.suppress(KeyboardInterrupt):
                 Supervisor(config, sockets=[sock]).run()
@@ -302,6 +305,31 @@ class Supervisor(Multiprocess):
             sock.close()
         super().terminate_all()
 
+    def keep_subprocess_alive(self) -> None:
+        """uvicorn's replacement of a worker that ended, saying so.
+
+        uvicorn says it at its info level, which the gateway keeps quiet: a worker killed by the kernel
+        for its memory, or crashing, was replaced without a line, and the requests it had in flight were
+        cut with nothing to explain them.
+        """
+        before = list(self.processes)
+        super().keep_subprocess_alive()
+        for old, new in zip(before, self.processes, strict=False):
+            if old is not new:
+                log.warning("worker %s %s; a replacement was started", old.pid, _ended(old.exitcode))
+
+
+def _ended(status: int | None) -> str:
+    """How a worker process ended, from its exit status (negative: the signal that ended it)."""
+    if status is None:
+        return "stopped answering and was killed"
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
+
 
 class DrainingServer(uvicorn.Server):
     """Marks the gateway draining on SIGTERM/SIGINT/SIGHUP, so ``/ready`` says 503 to anyone still asking.
@@ -343,8 +371,11 @@ class DrainingServer(uvicorn.Server):
             try:
                 yield
             finally:
-                # before uvicorn raises the signals it caught again, so SIGHUP then ends the process
                 signal.signal(signal.SIGHUP, previous)
+                # uvicorn would raise the signals it caught again once drained, so that one worker ended
+                # by its signal (status 143 on SIGTERM) where a supervisor of several exits 0: a stop that
+                # drained is a clean exit, status 0, however many workers
+                self._captured_signals.clear()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         mark_draining(self.app)

@@ -70,14 +70,9 @@ def test_port_zero_is_announced_and_answers(tmp_path: Path) -> None:
 def test_several_workers_announce_their_shared_port_once(tmp_path: Path) -> None:
     with serving_on_port_zero(tmp_path, workers=2) as (proc, log):
         url = _announced(proc, log)
-        deadline = time.monotonic() + PATIENCE_S
-        while True:  # the workers start after the line: poll until one answers
-            try:
-                assert httpx.get(url + "/health", timeout=PATIENCE_S).status_code == 200
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-                time.sleep(0.1)
+        # the workers start after the line, but the port listens from it on: a client taking the line at
+        # its word waits in the kernel's queue for the first worker, it is not refused
+        assert httpx.get(url + "/health", timeout=PATIENCE_S).status_code == 200
         assert len(LINE.findall(log.read_text(errors="replace"))) == 1
 
 
