@@ -395,6 +395,14 @@ class RoutingConfig(_Strict):
         description="share of requests predicted for baseline sent to speculative anyway; with the"
         " per-request model a floor under the exploration its uncertainty asks for",
     )
+    exploration_horizon: float = Field(
+        default=6.0,
+        ge=0,
+        description="with the per-request model, a request predicted for baseline is sent to speculative"
+        " to be measured when what it may lose there is outweighed by what the measurement may win for"
+        " it and this many later requests like it: average TPOT gain over the acceptance it may have,"
+        " plus this many times the average of the gains alone, above 0",
+    )
     scrape_interval_s: float = Field(
         default=3.0, gt=0, description="how often each endpoint's vLLM `/metrics` is read"
     )

@@ -63,8 +63,25 @@ only kind the traffic has measured, or others moved against it) makes the weight
 of its run as uncertain as the prior's: what was learned before it no longer holds, and the next
 measurements relearn them in a few requests instead of by slivers against a confident past.
 
-Exploration reads the posterior: :meth:`AlphaModel.sample` draws a logit from N(mean, var), for
-Thompson sampling on the predicted speedup.
+A change is declared only from kinds that had been measured ``SHIFT_MIN_RUN`` times before its run:
+a kind's first residuals are how wrong the prior is for it, whatever its running mean says after one
+or two of them (with a draft costing 0.3 of a step, code at 0.9 and data formats at 0.15, the first
+structured requests read as a pool-wide fall of 2 logits, and code was never sent to be measured).
+
+Within-kind heterogeneity. The weights predict a new prompt from the features it shares with those
+measured: its kind, its length, its common words. A kind whose measured prompts differ among
+themselves (the classifier's ``code`` holding code at 0.9 and YAML handlers at 0.15) says that a new
+prompt of it may differ from them as much, whatever the shared weights' small variance says; one whose
+prompts all measure alike says it will not. So each kind keeps the variance its measurements showed
+beyond what the model expected, ``τ² ≈ mean((residual² - expected) · novelty) / mean(novelty²)``, where a
+request's novelty is the share of its word-gram weight in slots no measurement ever updated; a
+prediction carries ``novel_var = τ² · novelty`` (:attr:`AlphaPrediction.novel_var`). Only exploration
+reads it: it widens the belief about prompts whose own words were never measured, not the prediction
+or the margin of prompts that were.
+
+Exploration reads the posterior: :meth:`AlphaModel.sample` draws a logit from N(mean, var + novel_var),
+for Thompson sampling on the predicted speedup; :meth:`AlphaPrediction.quantiles` gives the points the
+policy's value-of-measurement rule averages over.
 """
 
 from __future__ import annotations
@@ -75,6 +92,7 @@ import time
 from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -110,10 +128,13 @@ Z_CLIP = 3.0  # standardised residuals are clipped here before the change detect
 SHIFT_MIN_RUN = 3  # a change needs at least this many requests in the run that revealed it
 SHIFT_KIND_LOGIT = 0.5  # a kind's mean residual over the run beyond this says which way it moved
 KIND_Z_RATE = 0.3  # weight of one request in its kind's running mean standardised residual
+HET_RATE = 0.1  # weight of one measurement in its kind's heterogeneity estimate
 ERROR_RATE = 0.05  # weight of one request in the running prediction-error summary
 NEWTON_STEPS = 60  # at most, to find a measured request's posterior mode (a few suffice)
 REFRESH_S = 0.01  # forgetting is applied to a weight once this share of a half-life has passed
 MAX_SHIFT = 2 * math.log((1 - ALPHA_CLIP) / ALPHA_CLIP)  # the most a pool-wide change moves the logit
+QUANTILES = 16  # equally likely points a belief is averaged over (:meth:`AlphaPrediction.quantiles`)
+_Z = tuple(NormalDist().inv_cdf((i + 0.5) / QUANTILES) for i in range(QUANTILES))
 
 
 def logit(p: float) -> float:
@@ -191,6 +212,9 @@ class AlphaPrediction:
     var: float  # posterior variance of logit(alpha) (the weights' uncertainty, not a request's noise)
     offset: float  # logit of the prior the prediction started from
     prior_var: float  # the variance it had before any measurement: Σ x² · PRIOR_VAR
+    # how far the prompt's own, never measured words may take it from its kind's measured prompts: the
+    # kind's heterogeneity times the prompt's novelty (exploration reads it; the prediction does not)
+    novel_var: float = 0.0
 
     @property
     def sd(self) -> float:
@@ -203,7 +227,13 @@ class AlphaPrediction:
 
     def sample(self, rng: random.Random, widen: float = 1.0) -> float:
         """One draw of alpha from the posterior (Thompson sampling), its spread times ``widen``."""
-        return sigmoid(rng.gauss(self.mean, widen * math.sqrt(self.var)))
+        return sigmoid(rng.gauss(self.mean, widen * math.sqrt(self.var + self.novel_var)))
+
+    def quantiles(self, widen: float = 1.0, var: float | None = None) -> tuple[float, ...]:
+        """``QUANTILES`` equally likely values of alpha under the exploration belief, N(mean, var +
+        novel_var) with its spread times ``widen`` (``var``, when given, in place of that variance)."""
+        sd = widen * math.sqrt(self.var + self.novel_var if var is None else var)
+        return tuple(sigmoid(self.mean + z * sd) for z in _Z)
 
     def upper(self, z: float) -> float:
         """alpha at ``z`` posterior standard deviations above the mean."""
@@ -228,6 +258,11 @@ class AlphaState(BaseModel):
     shift_offset: float
     kind_z: dict[str, float]
     z2: float = Field(gt=0)
+    # saved since the model weighs novelty and heterogeneity; a file without them takes every learned
+    # slot as measured, every kind in ``kind_z`` as settled and no heterogeneity
+    seen: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=SLOTS, max_length=SLOTS)
+    kind_n: dict[str, Annotated[int, Field(ge=0)]] | None = None
+    kind_het: dict[str, tuple[float, Annotated[float, Field(ge=0)]]] = Field(default_factory=dict)
     now: float  # the model's clock when it was saved: the stamps are read against it
 
 
@@ -261,6 +296,12 @@ class AlphaModel:
     _slots_up: set[int] = field(default_factory=set)
     _slots_down: set[int] = field(default_factory=set)
     _kind_z: dict[str, float] = field(default_factory=dict)  # running mean standardised residual per kind
+    _kind_n: dict[str, int] = field(default_factory=dict)  # measurements per kind
+    # per kind: running means of (squared residual - its expected value) · novelty and of novelty², whose
+    # ratio is the variance of the prompt-specific part of a logit that its measured prompts showed
+    _het: dict[str, list[float]] = field(default_factory=dict)
+    # measurements that updated each slot (never forgotten: a forgotten weight is uncertain, not new)
+    _seen: array[int] = field(default_factory=lambda: array("l", bytes(array("l").itemsize * SLOTS)))
     _z2: float = 1.0  # running mean of the squared standardised residual (1 when the noise model fits)
 
     def _refresh(self, s: int, now: float) -> None:
@@ -283,7 +324,7 @@ class AlphaModel:
             sums = _WEIGHTED(x.slots, x.values, mean, var, stamp, m, now, horizon)
             if sums is not None:
                 m, v, x2 = sums
-                return AlphaPrediction(sigmoid(m), m, v, offset, x2 * PRIOR_VAR)
+                return AlphaPrediction(sigmoid(m), m, v, offset, x2 * PRIOR_VAR, self._novel_var(x))
         for s, xi in zip(x.slots, x.values, strict=True):
             if now - stamp[s] > horizon:
                 self._refresh(s, now)
@@ -291,7 +332,31 @@ class AlphaModel:
             sq = xi * xi
             v += sq * var[s]
             x2 += sq
-        return AlphaPrediction(sigmoid(m), m, v, offset, x2 * PRIOR_VAR)
+        return AlphaPrediction(sigmoid(m), m, v, offset, x2 * PRIOR_VAR, self._novel_var(x))
+
+    def novelty(self, x: Features) -> float:
+        """The share of the request's word-gram weight (Σ x²) in slots no measurement has updated: 1 for a
+        prompt none of whose words were measured, 0 for one measured before (or without words)."""
+        values, slots, seen = x.values, x.slots, self._seen
+        total = new = 0.0
+        for k in range(len(x.fixed), len(slots)):
+            sq = values[k] * values[k]
+            total += sq
+            if not seen[slots[k]]:
+                new += sq
+        return new / total if total > 0.0 else 0.0
+
+    def heterogeneity(self, kind: str) -> float:
+        """The variance of a logit's prompt-specific part that the kind's measured prompts showed beyond
+        what the model expected of them (0 until measurements of new prompts show any)."""
+        het = self._het.get(kind)
+        if het is None or het[1] <= 0.0:
+            return 0.0
+        return max(0.0, het[0] / het[1])
+
+    def _novel_var(self, x: Features) -> float:
+        tau2 = self.heterogeneity(x.kind)
+        return tau2 * self.novelty(x) if tau2 > 0.0 else 0.0
 
     def observe(
         self,
@@ -318,6 +383,11 @@ class AlphaModel:
         noise += PROMPT_VAR
         s_total = current.var + noise
         resid = measured - current.mean
+        # novelty before this request's update marks its slots as seen
+        novelty = self.novelty(x)
+        het = self._het.setdefault(x.kind, [0.0, 0.0])
+        het[0] += HET_RATE * ((resid * resid - s_total) * novelty - het[0])
+        het[1] += HET_RATE * (novelty * novelty - het[1])
         mean, var, own = self.mean, self.var, self.own_var
         slots, values = x.slots, x.values
         fixed = len(x.fixed)  # the first slots: the features (nearly) every request shares
@@ -338,10 +408,12 @@ class AlphaModel:
             mean[s] += ov * xi * gain
             own[s] = ov - (ov * xi) ** 2 / s_step  # the textbook diagonal update: each weight's own share
             var[s] *= shrink
+        seen = self._seen
         for s, xi in zip(slots[fixed:], values[fixed:], strict=True):
             pv = var[s]
             mean[s] += pv * xi * gain
             var[s] = pv * shrink
+            seen[s] += 1
         names = self.names
         # a request's names are built from its text on demand: only where a slot has none yet
         if self.updates % NAME_RENEWAL == 0 or not all(map(names.__contains__, x.slots)):
@@ -366,6 +438,12 @@ class AlphaModel:
         self._down = max(0.0, self._down - z - CUSUM_SLACK)
         before = self._kind_z.get(kind)
         self._kind_z[kind] = z if before is None else before + KIND_Z_RATE * (z - before)
+        measured = self._kind_n.get(kind, 0)
+        self._kind_n[kind] = measured + 1
+        if measured < SHIFT_MIN_RUN:
+            # a kind's first residuals are the prior's error for it, not a change: it counts as one
+            # first measured in the run (``before`` nan below)
+            before = None
         # each side of the detector keeps its own run: the errors of a fall that was still being
         # learned must not count against the rise that follows it (a draft fixed after a bad one)
         for run, slots, active in (
@@ -458,6 +536,9 @@ class AlphaModel:
             shift_offset=self.shift_offset,
             kind_z=dict(self._kind_z),
             z2=self._z2,
+            seen=self._seen.tolist(),
+            kind_n=dict(self._kind_n),
+            kind_het={k: (h[0], h[1]) for k, h in self._het.items()},
             now=self.clock(),
         )
 
@@ -478,6 +559,14 @@ class AlphaModel:
         self.shift_offset = state.shift_offset
         self._kind_z = dict(state.kind_z)
         self._z2 = state.z2
+        if state.seen is not None:
+            self._seen = array("l", state.seen)
+        else:
+            self._seen = array("l", (int(v < PRIOR_VAR) for v in state.var))
+        self._kind_n = (
+            dict(state.kind_n) if state.kind_n is not None else dict.fromkeys(state.kind_z, SHIFT_MIN_RUN)
+        )
+        self._het = {k: [a, b] for k, (a, b) in state.kind_het.items()}
 
     @property
     def spread(self) -> float:
@@ -504,6 +593,7 @@ class AlphaModel:
             "half_life_s": self.half_life_s,
             "recent_error": {"mean": round(self.error_mean, 4), "mean_abs": round(self.error_abs, 4)},
             "residual_spread": round(self.spread, 4),
+            "kind_heterogeneity": {k: round(self.heterogeneity(k), 4) for k in sorted(self._het)},
             "top_weights": [
                 {
                     "feature": name,

@@ -12,6 +12,7 @@ import pytest
 from gateway.routing.alpha_model import (
     NAME_RENEWAL,
     AlphaModel,
+    AlphaState,
     binomial_observation,
     logit,
     prior_alpha,
@@ -436,3 +437,80 @@ def test_a_pool_wide_shift_leaves_the_kinds_it_did_not_measure_unsure():
     clock.t += 0.5
     model.observe(third, 0.9, 0.8, 100)  # the third kind kept its acceptance
     assert model.predict(third, 0.9).alpha > 0.7
+
+
+def _unique(rng: random.Random, lead: str) -> dict:
+    """A prompt of words no other prompt has, after a lead its kind shares."""
+    words = " ".join("".join(rng.choice("bcdfghjklmnpqrstvwz") for _ in range(7)) for _ in range(6))
+    return {"prompt": f"{lead} {words}", "temperature": 0}
+
+
+def test_a_new_prompt_of_a_mixed_kind_may_differ_as_much_and_one_of_a_uniform_kind_not():
+    """A kind whose measured prompts differ (code at 0.9, YAML handlers at 0.15, both "code") says that a
+    new prompt of it may be either: its own words were never measured, and the shared ones predict it
+    near the mixture's middle with a small variance. Its exploration belief must be as wide as the kind
+    showed; a new prompt of a kind whose prompts all measure alike gets no such width, nor does a prompt
+    already measured."""
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    rng = random.Random(3)
+    measured = []
+    for i in range(40):
+        clock.t += 0.5
+        body = _unique(rng, "Write a")
+        measured.append(body)
+        model.observe(_x(body, "code"), 0.9, 0.9 if i % 2 else 0.15, 100)
+        clock.t += 0.5
+        model.observe(_x(_unique(rng, "Explain why"), "qa", 0.3), 0.3, 0.5, 100)
+    mixed = model.predict(_x(_unique(rng, "Write a"), "code"), 0.9)
+    uniform = model.predict(_x(_unique(rng, "Explain why"), "qa", 0.3), 0.3)
+    seen = model.predict(_x(measured[-1], "code"), 0.9)
+    # code's logits are ±1.9 about their middle: a variance near 3.5 between prompts
+    assert mixed.novel_var > 1.5
+    assert uniform.novel_var < 0.1
+    assert seen.novel_var == 0.0
+    assert model.novelty(_x(measured[-1], "code")) == 0.0
+    # a draw of the new code prompt reaches code's 0.9 as often as a mixture would have it
+    draws = [mixed.sample(rng) for _ in range(2000)]
+    assert sum(d > 0.8 for d in draws) > 200
+    # the prediction itself, and its margin's uncertainty, are the weights' alone
+    assert mixed.var < 0.5
+
+
+def test_the_first_measurements_of_kinds_are_not_a_change():
+    """Each kind's first request read as the prior said (a code prompt at 0.9), then the kinds' other
+    prompts far below it: that is how wrong the prior is for the rest of each kind, not a new draft.
+    Declared a pool-wide fall (by two logits, in the virtual benchmark with a draft costing 0.3), it put
+    code itself under break-even, and it was never sent to be measured again."""
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    rng = random.Random(5)
+    for kind in ("code", "data"):
+        clock.t += 0.5
+        model.observe(_x(_unique(rng, "Write a"), kind), 0.9, 0.8, 100)
+    for i in range(10):
+        clock.t += 0.5
+        model.observe(_x(_unique(rng, "Return a"), ("code", "data")[i % 2]), 0.9, 0.1, 100)
+    assert model.shifts == 0 and model.shift_offset == 0.0
+
+
+def test_novelty_and_heterogeneity_are_kept_across_restarts():
+    clock = Clock()
+    model = AlphaModel(600.0, clock)
+    rng = random.Random(1)
+    for i in range(20):
+        clock.t += 0.5
+        model.observe(_x(_unique(rng, "Write a"), "code"), 0.9, 0.9 if i % 2 else 0.15, 100)
+    body = _unique(rng, "Write a")
+    state = model.state()
+    again = AlphaModel(600.0, clock)
+    again.restore(state, 0.0)
+    assert again.predict(_x(body, "code"), 0.9).novel_var == pytest.approx(
+        model.predict(_x(body, "code"), 0.9).novel_var
+    )
+    # a file saved before they were kept: the learned slots count as measured, no heterogeneity
+    old = AlphaState.model_validate(state.model_dump(exclude={"seen", "kind_n", "kind_het"}))
+    older = AlphaModel(600.0, clock)
+    older.restore(old, 0.0)
+    assert older.heterogeneity("code") == 0.0
+    assert older.novelty(_x(body, "code")) == pytest.approx(model.novelty(_x(body, "code")), abs=0.2)
