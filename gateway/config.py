@@ -386,7 +386,8 @@ class RoutingConfig(_Strict):
     acceptance_model: Literal["per-request", "per-kind"] = Field(
         default="per-request",
         description="per-request: an online regression on each request's own features, exploring by"
-        " Thompson sampling; per-kind: one decayed mean per (kind, class), exploring at exploration_rate",
+        " what a measurement is worth; per-kind: one decayed mean per (kind, class), exploring at"
+        " exploration_rate",
     )
     exploration_rate: float = Field(
         default=0.02,
