@@ -14,6 +14,7 @@ import ssl
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,7 +96,26 @@ def app_from_env() -> ASGIApp:
     guard_connections(settings.server)
     app = create_app(settings)
     drain_on_signals(app)
+    drain_when_orphaned(os.getppid())
     return fast_path(app)
+
+
+def drain_when_orphaned(supervisor: int, every_s: float = 1.0) -> None:
+    """Drain this worker, as on SIGTERM, once its supervisor is gone.
+
+    A supervisor killed outright (SIGKILL, a crash) cannot stop its workers: they went on serving with
+    nobody to replace them, holding the port, so the gateway could not be started again ("port in
+    use") until each was found and killed by hand. A thread asks every ``every_s`` seconds whether the
+    process is still the supervisor's child.
+    """
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(every_s)
+        log.warning("worker %d: its supervisor %d is gone; draining", os.getpid(), supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
 def drain_on_signals(app: FastAPI) -> None:
@@ -174,7 +194,12 @@ def shared_metrics_dir() -> Iterator[Path]:
     (e.g. a Kubernetes emptyDir) when one is set.
     """
     previous = os.environ.get(MULTIPROC_ENV)
-    path = Path(tempfile.mkdtemp(prefix="specroute-metrics-", dir=previous or None))
+    try:
+        path = Path(tempfile.mkdtemp(prefix="specroute-metrics-", dir=previous or None))
+    except OSError as e:  # a volume that was not mounted, or read-only: a deployment mistake, not a crash
+        raise ConfigError(
+            f"{MULTIPROC_ENV}={previous}: cannot make the metrics directory there: {e.strerror or e}"
+        ) from None
     os.environ[MULTIPROC_ENV] = str(path)
     try:
         yield path
@@ -216,9 +241,13 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
             with contextlib.suppress(KeyboardInterrupt):
                 Supervisor(config, sockets=[sock]).run()
     else:
-        app = create_app(settings)
-        graceful = DrainingServer(uvicorn.Config(fast_path(app), **common), app)
-        graceful.run()
+        # one process needs no shared files, but where the operator's directory is set prometheus_client
+        # writes them there: a fresh one inside it, as for several workers, or an earlier run's files
+        # (an emptyDir outlives a container's restart) would be added to this run's counters
+        with shared_metrics_dir() if os.environ.get(MULTIPROC_ENV) else contextlib.nullcontext():
+            app = create_app(settings)
+            graceful = DrainingServer(uvicorn.Config(fast_path(app), **common), app)
+            graceful.run()
         if not graceful.started:
             sys.exit(3)  # uvicorn's start-up failure code
 

@@ -25,7 +25,9 @@ LINE = re.compile(r"listening on (http://127\.0\.0\.1:(\d+))")
 
 
 @contextmanager
-def serving_on_port_zero(tmp_path: Path, workers: int = 1) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+def serving_on_port_zero(
+    tmp_path: Path, workers: int = 1, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     config = demo_config([NOWHERE], [NOWHERE], 0, extra={"server": {"workers": workers}})
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -35,7 +37,8 @@ def serving_on_port_zero(tmp_path: Path, workers: int = 1) -> Iterator[tuple[sub
             [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", "0"],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "SPECROUTE_PARENT_PID": str(os.getpid())},  # it exits if the test dies
+            # it exits if the test dies
+            env={**os.environ, "SPECROUTE_PARENT_PID": str(os.getpid()), **(env or {})},
             start_new_session=True,
         )
     try:
@@ -85,3 +88,53 @@ def test_the_line_names_https_and_every_address() -> None:
             line
             == f"listening on https://127.0.0.1:{v4.getsockname()[1]}, https://[::1]:{v6.getsockname()[1]}"
         )
+
+
+def _requests_total(url: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=PATIENCE_S).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("specroute_requests_total{")
+    )
+
+
+def test_an_operators_metrics_directory_holds_each_run_apart(tmp_path: Path) -> None:
+    """``PROMETHEUS_MULTIPROC_DIR`` (a Kubernetes emptyDir, which outlives a container's restart): with one
+    worker too, a run counts its own requests, not the files an earlier run left there."""
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    for run in ("first", "second"):
+        (tmp_path / run).mkdir()
+        with serving_on_port_zero(tmp_path / run, env={"PROMETHEUS_MULTIPROC_DIR": str(shared)}) as (
+            proc,
+            log,
+        ):
+            url = _announced(proc, log)
+            for _ in range(3):
+                httpx.post(
+                    url + "/v1/completions",
+                    json={"model": "nothing-serves-this", "prompt": "x"},
+                    timeout=PATIENCE_S,
+                )
+            assert _requests_total(url) == 3, run
+    assert list(shared.iterdir()) == []  # each run's directory removed at its end
+
+
+def test_a_metrics_directory_that_cannot_be_used_is_one_line(tmp_path: Path) -> None:
+    config = demo_config([NOWHERE], [NOWHERE], 0)
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    missing = tmp_path / "not-mounted"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(missing)},
+        timeout=PATIENCE_S,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"PROMETHEUS_MULTIPROC_DIR={missing}: cannot make the metrics directory there:"
+        " No such file or directory"
+    )

@@ -285,6 +285,31 @@ def test_sighup_to_the_workers_themselves_drains_them_and_the_supervisor_replace
     assert "resource_tracker" not in gateway.log()  # it ignores SIGHUP, rather than dying of it
 
 
+def test_workers_whose_supervisor_is_killed_drain_and_free_the_port(emulator, workdir):
+    """A supervisor killed outright cannot stop its workers: they drain on their own (a live stream ends
+    whole) and exit, so the port is free for the gateway's next start instead of held by orphans."""
+    config = _config(emulator, 20.0)
+    config["server"] = {**config["server"], "workers": 2}  # type: ignore[dict-item]
+    gateway = stack.start_gateway(config, workdir, "gateway-orphans")
+    with stack.running(gateway):
+        stream = _start_stream(gateway)
+        workers = _workers(gateway.popen.pid)
+        assert len(workers) == 2
+        gateway.popen.kill()
+        stream.join(30)
+        assert not stream.is_alive() and stream.error is None, stream.error
+        assert stream.events()[-1] == b"[DONE]"
+        deadline = time.monotonic() + 30
+        while alive := {pid for pid in workers if Path(f"/proc/{pid}").exists()}:
+            if time.monotonic() > deadline:
+                for pid in alive:
+                    os.kill(pid, signal.SIGKILL)
+                raise AssertionError(f"workers {alive} outlived their supervisor:\n{gateway.log()[-3000:]}")
+            time.sleep(0.2)
+        assert _refused(gateway.url)
+        assert "its supervisor" in gateway.log() and "is gone; draining" in gateway.log()
+
+
 PLAIN = {"model": MODEL, "prompt": "Tell a long story.", "max_tokens": TOKENS, "ignore_eos": True}
 SHORT = {"model": MODEL, "prompt": "Say hi.", "max_tokens": 2}
 
