@@ -73,7 +73,7 @@ async def check(client: httpx.AsyncClient, endpoint: Endpoint, health: HealthCon
     return ok
 
 
-def _causes(error: BaseException) -> Iterator[BaseException]:
+def causes(error: BaseException) -> Iterator[BaseException]:
     """The error and what lies beneath it (aiohttp keeps the socket's error in ``os_error``)."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [error]
@@ -102,7 +102,7 @@ def failure(error: httpx.HTTPError | OSError, timeout_s: float) -> str:
     httpx's aiohttp transport reports a refused connection as a connect *timeout*, so the type alone
     would send an operator looking for a slow server that is in fact not running.
     """
-    for e in _causes(error):
+    for e in causes(error):
         if isinstance(e, ConnectionRefusedError):
             return "connection refused (is the server running, on this port?)"
         if isinstance(e, socket.gaierror):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import socket
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config import PoolName
 from gateway.observability import Metrics
 from gateway.speculation import Measured
+from gateway.upstream.health import causes, failure
 from gateway.upstream.pool import Endpoint, Pool
 
 log = logging.getLogger("specroute.scrape")
@@ -602,10 +604,10 @@ class Scraper:
                     " are unknown until a scrape succeeds",
                     ep.pool,
                     ep.name,
-                    _why(e),
+                    _why(e, self.timeout_s),
                 )
             state.failures += 1
-            state.error = type(e).__name__
+            state.error = _kind(e)
             return
         if state.failures:
             log.info(
@@ -777,12 +779,31 @@ async def _read_page(resp: httpx.Response, limit: int) -> str:
     return b"".join(chunks).decode(resp.encoding or "utf-8", errors="replace")
 
 
-def _why(error: Exception) -> str:
-    """What a failed scrape met, for the log (an HTTP status, else the error and its message)."""
+def _why(error: Exception, timeout_s: float) -> str:
+    """What a failed scrape met, for the log: an HTTP status, the socket's own error where there is one
+    (httpx's aiohttp transport reports a refused connection as a connect *time-out*, which sent an
+    operator looking for a slow server that was not running), else the error and its message."""
     if isinstance(error, httpx.HTTPStatusError):
         return f"HTTP {error.response.status_code}"
+    if isinstance(error, httpx.HTTPError) and (cause := _cause(error)) is not None:
+        return failure(cause, timeout_s)
     text = str(error)[:200]
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _kind(error: Exception) -> str:
+    """A failed scrape's kind for ``/admin/routing``: the error's type, or the socket's where it differs."""
+    cause = _cause(error) if isinstance(error, httpx.HTTPError) else None
+    return type(cause).__name__ if cause is not None else type(error).__name__
+
+
+def _cause(error: httpx.HTTPError) -> OSError | None:
+    """The socket's own error behind an HTTP client's (a refused or reset connection, a name that does
+    not resolve), or None."""
+    for e in causes(error):
+        if isinstance(e, (ConnectionRefusedError, ConnectionResetError, socket.gaierror)):
+            return e
+    return None
 
 
 def _log_unexpected(task: asyncio.Task[None]) -> None:

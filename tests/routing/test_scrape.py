@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 
+import aiohttp
 import httpx
 import pytest
+from httpx_aiohttp import AiohttpTransport
 from prometheus_client import generate_latest
 
 from gateway.observability import Metrics
@@ -810,3 +813,24 @@ def test_scrapes_that_start_failing_recover_or_see_a_restart_are_told_once_each(
     assert "restarted" in told[2][1]
     failing = [r.getMessage() for r in caplog.records if "s1" in r.getMessage()]
     assert len(failing) == 1 and "HTTP 503" in failing[0]
+
+
+def test_a_refused_connection_is_told_as_refused_not_as_a_time_out(caplog):
+    """httpx's aiohttp transport, the gateway's, reports a refused connection as a connect *time-out*:
+    the scrape's log line and its error say what the socket met, as the health checks do."""
+
+    async def scrape(ep: Endpoint) -> EndpointScrape:
+        pools = {"speculative": Pool("speculative", ["m"], []), "baseline": Pool("baseline", ["m"], [ep])}
+        async with aiohttp.ClientSession() as session:
+            scraper = Scraper(
+                httpx.AsyncClient(transport=AiohttpTransport(client=session)), pools, Metrics(), 1.0
+            )
+            await scraper.scrape_once()
+            return scraper.of(ep)
+
+    with socket.socket() as closed, caplog.at_level(logging.WARNING, logger="specroute.scrape"):
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: a connection to it is refused
+        state = asyncio.run(scrape(Endpoint("baseline", "b0", f"http://127.0.0.1:{closed.getsockname()[1]}")))
+    assert state.error == "ConnectionRefusedError"
+    assert "connection refused (is the server running, on this port?)" in caplog.text
+    assert "ConnectTimeout" not in caplog.text
