@@ -73,10 +73,20 @@ def build_policy(
 
 
 def speculative_k(pools: dict[PoolName, Pool], scraper: Scraper | None) -> Callable[[Endpoint], int | None]:
-    """How many tokens an endpoint of the speculative pool drafts: as configured, else as it reports."""
+    """How many tokens an endpoint of the speculative pool drafts: as its per-position counters say where
+    its page has them, else as configured, else as its other counters suggest.
+
+    A configured k its own counters contradict (a server redeployed with another
+    ``num_speculative_tokens``) read every stream wrong: with 7 configured and 4 drafted, a whole step
+    of 4 read as one that met a rejection, and a true acceptance of 0.7 was learned as 0.64, of 0.9 as
+    0.76, by the acceptance model, the estimates and the endpoint's outlier check alike.
+    """
     configured = pools["speculative"].num_speculative_tokens
 
     def k(endpoint: Endpoint) -> int | None:
+        drafted = scraper.positions(endpoint) if scraper is not None else None
+        if drafted:
+            return drafted
         if configured:
             return configured
         return scraper.drafts(endpoint) if scraper is not None else None

@@ -523,6 +523,14 @@ class Scraper:
         state = self._state(endpoint)
         return state.k if state is not None else None
 
+    def positions(self, endpoint: Endpoint) -> int | None:
+        """How many draft positions the endpoint's last page counts (its k, by vLLM's own labels), or
+        None where it has no per-position counters."""
+        state = self._state(endpoint)
+        if state is None or state.reading is None:
+            return None
+        return len(state.reading.per_pos) or None
+
     def engines(self, endpoint: Endpoint) -> int:
         """How many engines the endpoint's server runs (``--data-parallel-size``) by its last page; 1 before
         its first: the batch one engine steps is its share of the endpoint's requests."""
@@ -633,17 +641,17 @@ class Scraper:
             )
         drafted = len(reading.per_pos) if reading.per_pos else None
         if configured and drafted and drafted != configured and not state.told_k:
-            # every measurement reads the stream by the configured k: wrong, it misreads them all
+            # the counters' k is the one measurements read streams by (gateway.app.speculative_k)
             state.told_k = True
             log.warning(
                 "endpoint %s/%s drafts %d tokens per step by its /metrics, but "
-                "pools.speculative.num_speculative_tokens is %d: acceptance is measured with %d; "
-                "set it to the server's num_speculative_tokens, or leave it unset to read it from /metrics",
+                "pools.speculative.num_speculative_tokens is %d: its acceptance is measured with %d, as"
+                " its counters say; set it to the server's num_speculative_tokens, or leave it unset",
                 ep.pool,
                 ep.name,
                 drafted,
                 configured,
-                configured,
+                drafted,
             )
 
     async def _fetch(self, url: str) -> str:

@@ -13,6 +13,7 @@ import pytest
 from httpx_aiohttp import AiohttpTransport
 from prometheus_client import generate_latest
 
+from gateway.app import speculative_k
 from gateway.observability import Metrics
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import (
@@ -484,7 +485,7 @@ def test_step_times_wait_to_be_taken_once_each():
 
 
 def test_a_configured_k_the_counters_contradict_is_told_once(vllm_fixture, caplog):
-    """Measurements read a stream by the configured k: one the server does not use misreads them all."""
+    """Measurements read a stream by k: a configured one the server does not use would misread them all."""
     page = vllm_fixture("ngram_metrics_under_load.txt").decode()
     drafted = len(parse(page).per_pos)
     for configured, told in ((drafted + 2, 1), (drafted, 0), (None, 0)):
@@ -495,6 +496,8 @@ def test_a_configured_k_the_counters_contradict_is_told_once(vllm_fixture, caplo
         }
         client = httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200, text=page)))
         scraper = Scraper(client, pools, Metrics(), 1.0)
+        k = speculative_k(pools, scraper)  # what the observer reads each measured stream with
+        assert k(ep) == configured  # nothing scraped yet
         caplog.clear()
         for _ in range(3):
             asyncio.run(scraper.scrape_once())
@@ -502,6 +505,10 @@ def test_a_configured_k_the_counters_contradict_is_told_once(vllm_fixture, caplo
         assert len(warned) == told, (configured, warned)
         if told:
             assert f"drafts {drafted} tokens per step" in warned[0]
+            assert f"measured with {drafted}, as its counters say" in warned[0]
+        # the server's own labels win over a configured k they contradict: read with a k too large, a
+        # whole step reads as one that met a rejection, and acceptance is learned too low
+        assert k(ep) == drafted
 
 
 def test_requests_waiting_behind_a_full_batch_are_a_line_at_the_first_scrape():
