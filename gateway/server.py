@@ -334,6 +334,12 @@ class Supervisor(Multiprocess):
             sock.close()
         super().terminate_all()
 
+    def handle_hup(self) -> None:
+        """uvicorn's rolling restart of the workers, said in the gateway's log (uvicorn's own line is at
+        the level it keeps quiet): a reload otherwise left no trace but its failures."""
+        log.info("SIGHUP: replacing the %d workers one at a time", len(self.processes))
+        super().handle_hup()
+
     def keep_subprocess_alive(self) -> None:
         """uvicorn's replacement of a worker that ended, saying so.
 

@@ -232,6 +232,9 @@ def test_sighup_to_several_workers_replaces_them_one_at_a_time_with_the_changed_
         assert not stream.is_alive() and stream.error is None, stream.error
         assert stream.events()[-1] == b"[DONE]"
         assert gateway.popen.poll() is None  # still serving
+        log = gateway.log()
+        assert "SIGHUP: replacing the 2 workers one at a time" in log
+        assert "a replacement was started" not in log  # workers retired by the reload did not die
 
 
 def _workers(supervisor: int) -> set[int]:
