@@ -284,12 +284,13 @@ class AdaptivePolicy:
         """Send a request predicted for baseline to speculative, to be measured?
 
         Without queues, :meth:`_worth_measuring` decides, over the posterior, or over the prior's
-        uncertainty on the exploration-rate floor's draws. While a pool queues, Thompson sampling on
-        the time to finish does, over the floor. The floor does not draw while the speculative pool
-        has a line: a request sent there to be measured would wait its turn behind it (seconds, for a
-        full batch of long answers), a cost the client pays for a measurement the next request after
-        the line clears gives for free. The draw from the posterior weighs that wait like any decision
-        does.
+        uncertainty on the exploration-rate floor's draws (outright where by the learned draft cost no
+        acceptance at all would pay: then the cost is what is in question). While a pool queues,
+        Thompson sampling on the time to finish does, over the floor. The floor does not draw while the
+        speculative pool has a line: a request sent there to be measured would wait its turn behind it
+        (seconds, for a full batch of long answers), a cost the client pays for a measurement the next
+        request after the line clears gives for free. The draw from the posterior weighs that wait
+        like any decision does.
         """
         rate = self.routing.exploration_rate
         floor = bool(rate) and spec.ahead <= 0 and self.rng.random() < rate
@@ -297,6 +298,11 @@ class AdaptivePolicy:
             return floor
         widen = self.alpha_model.spread
         if spec.ahead <= 0 and base.ahead <= 0:
+            if floor and self.model.tpot_speculative(1.0, spec.batch) >= tpot_base:
+                # by the learned draft cost not even a draft that is always right pays: the verdict
+                # rests on the cost, which only requests sent there measure again (a draft redeployed
+                # cheaper, step times taken on a cold or busy server), so the floor explores outright
+                return True
             # the floor's draw asks what if the model were wrong: it weighs the prior's uncertainty
             var = max(prediction.var + prediction.novel_var, prediction.prior_var) if floor else None
             return self._worth_measuring(prediction.quantiles(widen, var), spec.batch, tpot_base)

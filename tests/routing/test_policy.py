@@ -303,6 +303,17 @@ def test_a_measured_loss_is_not_explored_when_the_draft_is_dear_even_by_the_floo
     assert sum(p.decide(OPEN).explore for _ in range(200)) == 0
 
 
+def test_the_floor_explores_outright_when_by_the_learned_cost_nothing_could_pay():
+    """A draft learned as costly as a target step (a broken or busy server's timings, the old draft's):
+    not even an acceptance of 1 pays by that cost, so no belief about acceptance asks for a measurement,
+    yet the cost is only measured again on requests sent there. The floor then explores outright."""
+    p = _policy(cost=1.0, exploration_rate=0.5)
+    assert p.model.tpot_speculative(1.0, 1.0) >= p.model.tpot_baseline(1.0)
+    explored = sum(p.decide(OPEN).explore for _ in range(200))
+    assert 60 <= explored <= 140  # the floor's share, no more
+    assert sum(_policy(cost=1.0, exploration_rate=0.0).decide(OPEN).explore for _ in range(200)) == 0
+
+
 def test_exploration_weighs_what_a_measurement_wins_for_later_requests():
     """A prompt believed below break-even, but unsure: measuring it loses on this request and, where it
     turns out to gain, wins on the later requests like it. With no later request counted only its own
