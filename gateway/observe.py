@@ -168,6 +168,20 @@ class Observer:
         self.access_log = access_log
         self.log_prompts = log_prompts
         self._k_unknown: set[str] = set()  # endpoints told to have no known k (said once each)
+        # the series every request counts, each label set looked up once (see Series)
+        self._decisions = metrics.counters(metrics.decisions)
+        self._predicted_speedup = metrics.histograms(metrics.predicted_speedup)
+        self._exploration = metrics.counters(metrics.exploration)
+        self._failovers = metrics.counters(metrics.failovers)
+        self._requests = metrics.counters(metrics.requests)
+        self._e2e = metrics.histograms(metrics.e2e)
+        self._prompt_tokens = metrics.counters(metrics.prompt_tokens)
+        self._completion_tokens = metrics.counters(metrics.completion_tokens)
+        self._ttft = metrics.histograms(metrics.ttft)
+        self._tpot = metrics.histograms(metrics.tpot)
+        self._request_acceptance = metrics.histograms(metrics.request_acceptance)
+        self._accepted_tokens = metrics.counters(metrics.accepted_tokens)
+        self._draft_tokens = metrics.counters(metrics.draft_tokens)
 
     def close(self) -> None:
         """Write out the access-log lines still queued (at shutdown, once requests have finished)."""
@@ -176,17 +190,17 @@ class Observer:
 
     def decided(self, decision: Decision, strategy: Strategy) -> None:
         """Count a routing decision: which pool, why, the predicted speedup, exploration."""
-        m = self.metrics
-        m.child(m.decisions, strategy.value, decision.pool, decision.reason).inc()
+        # ``_value_``: the member's value without ``Enum.value``'s descriptor, a Python call
+        self._decisions[strategy._value_, decision.pool, decision.reason].inc()
         if decision.predicted_speedup is not None:
-            m.child(m.predicted_speedup, decision.prompt_class).observe(decision.predicted_speedup)
+            self._predicted_speedup[(decision.prompt_class,)].observe(decision.predicted_speedup)
         if decision.explore:
-            m.child(m.exploration, decision.kind).inc()
+            self._exploration[(decision.kind,)].inc()
 
     def forwarded(self, decision: Decision, pool: PoolName) -> None:
         """Count a request that an endpoint of the other pool took (the decided pool had none)."""
         if pool != decision.pool:
-            self.metrics.child(self.metrics.failovers, decision.pool, pool).inc()
+            self._failovers[decision.pool, pool].inc()
 
     def record(
         self,
@@ -279,24 +293,24 @@ class Observer:
             self.access_log.write(rec.log_line())
 
     def _count(self, rec: RequestRecord) -> None:
-        metrics, pool, cls = self.metrics, rec.pool, rec.prompt_class
-        child = metrics.child
-        child(metrics.requests, rec.route, pool, cls, str(rec.status)).inc()
+        pool, cls = rec.pool, rec.prompt_class
+        self._requests[rec.route, pool, cls, rec.status].inc()
         if not rec.served:
             return
-        child(metrics.e2e, pool, cls).observe(rec.e2e_s)
+        labels = (pool, cls)
+        self._e2e[labels].observe(rec.e2e_s)
         if rec.prompt_tokens:
-            child(metrics.prompt_tokens, pool, cls).inc(rec.prompt_tokens)
+            self._prompt_tokens[labels].inc(rec.prompt_tokens)
         if rec.completion_tokens:
-            child(metrics.completion_tokens, pool, cls).inc(rec.completion_tokens)
+            self._completion_tokens[labels].inc(rec.completion_tokens)
         if rec.ttft_s is not None:
-            child(metrics.ttft, pool, cls).observe(rec.ttft_s)
+            self._ttft[labels].observe(rec.ttft_s)
         if rec.tpot_s is not None:
-            child(metrics.tpot, pool, cls).observe(rec.tpot_s)
+            self._tpot[labels].observe(rec.tpot_s)
         if rec.measured is not None:
-            child(metrics.request_acceptance, cls).observe(rec.measured.rate)
-            child(metrics.accepted_tokens, cls).inc(int(rec.measured.accepted))
-            child(metrics.draft_tokens, cls).inc(int(rec.measured.draft_tokens))
+            self._request_acceptance[(cls,)].observe(rec.measured.rate)
+            self._accepted_tokens[(cls,)].inc(int(rec.measured.accepted))
+            self._draft_tokens[(cls,)].inc(int(rec.measured.draft_tokens))
 
     def _measure(self, endpoint: Endpoint, meter: StreamMeter) -> Measured | None:
         """The request's acceptance: the server's own summary when it sent one, else tokens per chunk."""

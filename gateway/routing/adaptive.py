@@ -70,7 +70,7 @@ from typing import Annotated, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.config import PoolName, RoutingConfig, Strategy
-from gateway.observability import Metrics
+from gateway.observability import HistogramChild, Metrics
 from gateway.routing.alpha_model import AlphaModel, AlphaPrediction, AlphaState
 from gateway.routing.estimates import AlphaEstimates, EstimatesState
 from gateway.routing.features import extract
@@ -153,12 +153,15 @@ class AdaptivePolicy:
     _margin: float = field(init=False)
     _horizon: float = field(init=False)
     _stale_s: float = field(init=False)
+    _classifier_latency: HistogramChild | None = field(init=False)  # its one series, looked up once
 
     def __post_init__(self) -> None:
         self._per_request = self.routing.acceptance_model == "per-request"
         self._margin = self.routing.margin
         self._horizon = self.routing.exploration_horizon
         self._stale_s = STALE_SCRAPES * self.routing.scrape_interval_s
+        metrics = self.metrics
+        self._classifier_latency = None if metrics is None else metrics.child(metrics.classifier_latency)
         if self.outliers is None:
             self.outliers = OutlierDetector(self.pools["speculative"])
 
@@ -194,8 +197,8 @@ class AdaptivePolicy:
     def decide(self, request: RouteRequest) -> Decision:
         t0 = perf_counter()
         pred = self.classifier.predict(request.body)
-        if self.metrics is not None:
-            self.metrics.child(self.metrics.classifier_latency).observe(perf_counter() - t0)
+        if self._classifier_latency is not None:
+            self._classifier_latency.observe(perf_counter() - t0)
         label, p, kind = pred.label, pred.p_structured, pred.kind
         if request.forced_pool is not None:
             return self._count(Decision(request.forced_pool, label, request.forced_reason, p, kind))
@@ -224,9 +227,9 @@ class AdaptivePolicy:
         pool: PoolName
         explore = False
         if strategy is Strategy.ALWAYS_SPECULATIVE:
-            pool, reason = "speculative", strategy.value
+            pool, reason = "speculative", strategy._value_  # no Enum.value descriptor call
         elif strategy is Strategy.ALWAYS_BASELINE:
-            pool, reason = "baseline", strategy.value
+            pool, reason = "baseline", strategy._value_
         elif strategy is Strategy.CLASSIFIER:
             pool = "speculative" if label == "structured" else "baseline"
             reason = f"classifier-{label}"

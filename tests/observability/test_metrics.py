@@ -153,6 +153,45 @@ def test_a_cached_child_counts_in_the_same_series_as_labels() -> None:
     )
 
 
+def test_a_series_hands_out_the_cached_children_and_adds_a_label_set_only_when_first_counted() -> None:
+    metrics = Metrics()
+    requests, e2e = metrics.counters(metrics.requests), metrics.histograms(metrics.e2e)
+
+    def exported() -> list[tuple[str, dict[str, str]]]:
+        return [
+            (s.name, s.labels)
+            for m in (metrics.requests, metrics.e2e)
+            for c in m.collect()
+            for s in c.samples
+        ]
+
+    assert exported() == []  # binding a metric adds no series
+    # a status code is a label as prometheus_client writes it; the child is the one child() caches
+    assert requests["chat", "baseline", "open-ended", 200] is metrics.child(
+        metrics.requests, "chat", "baseline", "open-ended", "200"
+    )
+    requests["chat", "baseline", "open-ended", 200].inc()
+    requests["chat", "baseline", "open-ended", 200].inc(2)
+    e2e["baseline", "open-ended"].observe(0.5)
+    labels = {"route": "chat", "pool": "baseline", "class": "open-ended", "status": "200"}
+    assert metrics.registry.get_sample_value("specroute_requests_total", labels) == 3
+    assert (
+        metrics.registry.get_sample_value(
+            "specroute_request_duration_seconds_count", {"pool": "baseline", "class": "open-ended"}
+        )
+        == 1
+    )
+    assert {name for name, _ in exported()} == {
+        "specroute_requests_total",
+        "specroute_request_duration_seconds_bucket",
+        "specroute_request_duration_seconds_count",
+        "specroute_request_duration_seconds_sum",
+    }
+    assert {tuple(sorted(ls.items())) for name, ls in exported() if name == "specroute_requests_total"} == {
+        tuple(sorted(labels.items()))
+    }
+
+
 def test_a_cached_child_counts_exactly_as_prometheus_client_does() -> None:
     ours, theirs = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
     amounts = [0.0, 0.004, 0.005, 0.0051, 0.3, 1, 299.9, 300, 300.1, math.inf, -0.5, math.nan]
