@@ -139,7 +139,9 @@ def sequences(payload: Mapping[str, Any] | None) -> int:
     """
     if payload is None:
         return 1
-    per_prompt = max(_count(payload.get("n")), _count(payload.get("best_of")))
+    n, best_of = payload.get("n"), payload.get("best_of")
+    # most requests give neither: one sequence per prompt without three calls
+    per_prompt = 1 if n is None and best_of is None else max(_count(n), _count(best_of))
     prompt = payload.get("prompt")
     prompts = len(prompt) if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) else 1
     return per_prompt * prompts

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gateway.speculation import alpha_from_length, expected_length, from_server, from_token_steps
+from gateway.speculation import alpha_from_length, expected_length, from_server, from_token_steps, sequences
 from tests.streams import cut_stream
 
 
@@ -92,3 +92,26 @@ def test_server_summary_preferred_fields():
     )
     assert m is not None and m.k == 7 and m.rate == pytest.approx(0.5) and m.mean_length == pytest.approx(4.5)
     assert from_server({"num_spec_steps": 0, "num_accepted_draft_tokens": 0}, 7) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (None, 1),
+        ({"prompt": "hi"}, 1),
+        ({"prompt": "hi", "n": None, "best_of": None}, 1),
+        ({"prompt": "hi", "n": 3}, 3),
+        ({"prompt": "hi", "best_of": 4}, 4),
+        ({"prompt": "hi", "n": 2, "best_of": 5}, 5),
+        ({"prompt": "hi", "n": True}, 1),  # a boolean is no count
+        ({"prompt": "hi", "n": 0, "best_of": "2"}, 1),
+        ({"prompt": ["a", "b", "c"]}, 3),
+        ({"prompt": ["a", "b"], "n": 2}, 4),
+        ({"prompt": [1, 2, 3]}, 1),  # token ids: one prompt
+        ({"messages": [], "n": 2}, 2),
+    ],
+)
+def test_sequences_side_by_side_are_n_or_best_of_per_prompt(
+    payload: dict[str, object] | None, expected: int
+) -> None:
+    assert sequences(payload) == expected
