@@ -65,10 +65,11 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-# Tests that assert on measured speed (emulated TPOT, delays) and those that drive sustained load (the fault
-# mix, reloads under traffic): kept out of the default run, run by CI.
+# Tests that assert on measured speed (emulated TPOT, delays), those that drive sustained load (the fault
+# mix, reloads under traffic) and exhaustive sweeps (every Unicode code point, ~30 s): kept out of the
+# default run, run by CI.
 test-timing: $(STAMP)
-	$(BIN)/pytest -m "timing or load"
+	$(BIN)/pytest -m "timing or load or sweep"
 
 test-vllm: $(STAMP)
 	bash tests/integration/real_vllm/run.sh

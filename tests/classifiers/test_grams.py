@@ -157,6 +157,7 @@ def test_the_word_reader_gives_the_regex_tokens_and_grams(text: str) -> None:
 
 
 @needs_c
+@pytest.mark.sweep  # about 30 s in all: run by `make test-timing`
 @pytest.mark.parametrize("between", ["", " ", "a", "1", "²"])
 def test_the_word_reader_classes_every_code_point_as_the_regex_does(between: str) -> None:
     # every code point once, run together or set apart: a character put in another class than the regex's
