@@ -18,8 +18,9 @@ whichever is selected; the strategy only changes the final choice:
   dear draft, whose losers lose more than its winners win, is explored less (Thompson sampling, which
   explored as often as a draw reached break-even, spent more on the losers' measurements at a draft
   costing 0.2 of a step than the winners' returned). With probability ``routing.exploration_rate``
-  (a floor, against a model that is sure and wrong) the same rule reads the prior's uncertainty
-  instead of the posterior's. While a pool queues, a draw from the belief decides instead (Thompson
+  (a floor, against a model that is sure and wrong: a draft that fell and recovered) the same rule
+  reads the prior's belief instead of the posterior (outright where by the learned draft cost no
+  acceptance would pay). While a pool queues, a draw from the belief decides instead (Thompson
   sampling on the time to finish), and the floor explores outright. Acceptance is measured on the speculative
   pool alone, so sending a request predicted for speculative to baseline would teach nothing
   about acceptance; it does time baseline's step, by which the speedup model measures the draft's
@@ -287,7 +288,7 @@ class AdaptivePolicy:
         """Send a request predicted for baseline to speculative, to be measured?
 
         Without queues, :meth:`_worth_measuring` decides, over the posterior, or over the prior's
-        uncertainty on the exploration-rate floor's draws (outright where by the learned draft cost no
+        belief on the exploration-rate floor's draws (outright where by the learned draft cost no
         acceptance at all would pay: then the cost is what is in question). While a pool queues,
         Thompson sampling on the time to finish does, over the floor. The floor does not draw while the
         speculative pool has a line: a request sent there to be measured would wait its turn behind it
@@ -306,9 +307,10 @@ class AdaptivePolicy:
                 # rests on the cost, which only requests sent there measure again (a draft redeployed
                 # cheaper, step times taken on a cold or busy server), so the floor explores outright
                 return True
-            # the floor's draw asks what if the model were wrong: it weighs the prior's uncertainty
-            var = max(prediction.var + prediction.novel_var, prediction.prior_var) if floor else None
-            return self._worth_measuring(prediction.quantiles(widen, var), spec.batch, tpot_base)
+            # the floor's draw asks what if what was measured no longer held (a draft that recovered,
+            # or was replaced): the prior's belief, which the measurements since do not move
+            alphas = prediction.prior_quantiles(widen) if floor else prediction.quantiles(widen)
+            return self._worth_measuring(alphas, spec.batch, tpot_base)
         if floor:
             return True
         alpha = prediction.sample(self.rng, widen)

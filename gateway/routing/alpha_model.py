@@ -235,6 +235,12 @@ class AlphaPrediction:
         sd = widen * math.sqrt(self.var + self.novel_var if var is None else var)
         return tuple(sigmoid(self.mean + z * sd) for z in _Z)
 
+    def prior_quantiles(self, widen: float = 1.0) -> tuple[float, ...]:
+        """``QUANTILES`` equally likely values of alpha under the prior this prediction started from:
+        what the request may have if everything measured since no longer held."""
+        sd = widen * math.sqrt(self.prior_var)
+        return tuple(sigmoid(self.offset + z * sd) for z in _Z)
+
     def upper(self, z: float) -> float:
         """alpha at ``z`` posterior standard deviations above the mean."""
         return sigmoid(self.mean + z * math.sqrt(self.var))

@@ -303,6 +303,24 @@ def test_a_measured_loss_is_not_explored_when_the_draft_is_dear_even_by_the_floo
     assert sum(p.decide(OPEN).explore for _ in range(200)) == 0
 
 
+def test_the_floor_keeps_measuring_what_the_prior_expects_to_gain_once_measured_as_a_loss():
+    """A draft that turned bad on structured prompts (measured at 0.1) and may recover: the floor asks what
+    the request may win by the prior's belief, which the measurements since do not move, so a fifth of
+    them (the floor's rate) are still measured and a recovery is seen. Prose, which even the prior
+    expects to lose at this cost, is not measured again (the floor's draws cost it nothing)."""
+    p = _policy(cost=0.3, exploration_rate=0.2)
+    d = p.decide(STRUCTURED)
+    for _ in range(30):
+        p.observe(_spec_outcome(d, accepted=3))
+    assert p.decide(STRUCTURED).pool == "baseline"
+    explored = sum(p.decide(STRUCTURED).explore for _ in range(400))
+    assert 40 <= explored <= 120  # about the floor's 0.2 of 400
+    d = p.decide(OPEN)
+    for _ in range(30):
+        p.observe(_spec_outcome(d, accepted=3))
+    assert sum(p.decide(OPEN).explore for _ in range(400)) == 0
+
+
 def test_the_floor_explores_outright_when_by_the_learned_cost_nothing_could_pay():
     """A draft learned as costly as a target step (a broken or busy server's timings, the old draft's):
     not even an acceptance of 1 pays by that cost, so no belief about acceptance asks for a measurement,
