@@ -789,6 +789,7 @@ NON_SETTING_ENV = frozenset(
         "SPECROUTE_RUN_TOKEN",  # gateway.types.RUN_TOKEN_ENV: proves a started server is the one started
         "SPECROUTE_PARENT_PID",  # gateway.stack: a started server stops with the process that started it
         "SPECROUTE_CONFIG_FILE",  # gateway.server.CONFIG_ENV: the file each of several workers loads
+        "SPECROUTE_SUPERVISOR_PID",  # gateway.server.SUPERVISOR_ENV: the process each worker watches
         "SPECROUTE_GIT_REVISION",  # gateway.observability.REVISION_ENV: the image's revision (Dockerfile)
         "SPECROUTE_SRC",  # the peer benchmark (shared/tools/peer_bench): the checkout it runs
         "SPECROUTE_WORKERS",  # the peer benchmark's run script: its gateway's server.workers

@@ -32,6 +32,7 @@ from gateway.observability import MULTIPROC_ENV, configure_logging
 from gateway.tls import check_server, server_options, upstream_context
 
 CONFIG_ENV = "SPECROUTE_CONFIG_FILE"
+SUPERVISOR_ENV = "SPECROUTE_SUPERVISOR_PID"  # the supervisor's pid, set for its workers
 EXIT_CONFIG = 2  # a worker's exit status when its configuration cannot be read (as `specroute serve`)
 
 log = logging.getLogger("specroute.server")
@@ -96,7 +97,9 @@ def app_from_env() -> ASGIApp:
     guard_connections(settings.server)
     app = create_app(settings)
     drain_on_signals(app)
-    drain_when_orphaned(os.getppid())
+    # named by the supervisor, not read from getppid(): a worker still starting when its supervisor
+    # died is already the child of another process, which it would take for its supervisor
+    drain_when_orphaned(int(os.environ.get(SUPERVISOR_ENV) or os.getppid()))
     return fast_path(app)
 
 
@@ -227,6 +230,7 @@ def serve(settings: Settings, config_path: Path | None = None) -> None:
         if config_path is None:
             raise ValueError("several workers need a configuration file")
         os.environ[CONFIG_ENV] = str(config_path)
+        os.environ[SUPERVISOR_ENV] = str(os.getpid())
         _tracker_ignores_sighup()
         with shared_metrics_dir():
             # what uvicorn.run does for several workers, with the socket in hand to say where it is
