@@ -402,7 +402,7 @@ class RoutingConfig(_Strict):
         description="with the per-request model, a request predicted for baseline is sent to speculative"
         " to be measured when what it may lose there is outweighed by what the measurement may win for"
         " it and this many later requests like it: average TPOT gain over the acceptance it may have,"
-        " plus this many times the average of the gains alone, above 0",
+        " plus this many times the average of the gains that clear the margin, above 0 (and some must)",
     )
     scrape_interval_s: float = Field(
         default=3.0, gt=0, description="how often each endpoint's vLLM `/metrics` is read"

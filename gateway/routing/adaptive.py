@@ -4,32 +4,36 @@ One policy serves every strategy, so estimates, the speedup model and ``/admin/r
 whichever is selected; the strategy only changes the final choice:
 
 - ``adaptive``: speculative when the predicted gain in the time to finish the request exceeds the
-  margin: the wait for a seat on each pool plus its output tokens at that pool's TPOT at its
-  current batch. Without queues this is the TPOT ratio; when a pool queues, the wait counts,
-  so a request goes to the other pool only when its own slower decoding there costs less than
-  the wait (a queued baseline pool no longer sends prose to a full speculative pool, where each
-  step verifies k + 1 tokens per request to emit little more than one). A request predicted for
-  baseline still goes to speculative (reason ``explore``) when measuring it is worth what it may
-  lose there. Over the acceptance it may have (the model's belief, widened by how much larger its
-  residuals run than its variance says and by its kind's heterogeneity for words never measured),
-  it gains the mean relative TPOT gain ``u`` now, and its measurement lets it and
-  ``routing.exploration_horizon`` later requests like it gain the mean of ``max(u, 0)``: it is
-  explored when the sum is positive. Uncertain requests get measured, well-known ones do not, and a
-  dear draft, whose losers lose more than its winners win, is explored less (Thompson sampling, which
-  explored as often as a draw reached break-even, spent more on the losers' measurements at a draft
-  costing 0.2 of a step than the winners' returned). With probability ``routing.exploration_rate``
-  (a floor, against a model that is sure and wrong: a draft that fell and recovered) the same rule
-  reads the prior's belief instead of the posterior (outright where by the learned draft cost no
-  acceptance would pay). While a pool queues, a draw from the belief decides instead (Thompson
-  sampling on the time to finish), and the floor explores outright. Acceptance is measured on the speculative
-  pool alone, so sending a request predicted for speculative to baseline would teach nothing
-  about acceptance; it does time baseline's step, by which the speedup model measures the draft's
-  cost, so while fewer baseline requests have timed it than ``STEP_WINDOW`` and than a quarter of
-  the speculative ones, a streamed request predicted for speculative goes to baseline at the
-  exploration rate (reason ``explore`` too). The margin guards against a wrong prediction, so it
-  shrinks with the prediction's uncertainty: ``margin · max(0.2, sd / prior sd)``.
-  With ``routing.acceptance_model: per-kind`` the older behaviour holds: one decayed mean per
-  (kind, class) and a fixed ``exploration_rate``;
+  margin: the wait for a seat on each pool plus its output tokens at that pool's TPOT at its current
+  batch. Without queues this is the TPOT ratio; when a pool queues, the wait counts, so a request goes
+  to the other pool only when its own slower decoding there costs less than the wait (a queued baseline
+  pool no longer sends prose to a full speculative pool, where each step verifies k + 1 tokens per
+  request to emit little more than one). A request predicted for baseline still goes to speculative
+  (reason ``explore``) when measuring it is worth what it may lose there. Over the acceptance it may
+  have (the model's belief, widened by how much larger its residuals run than its variance says and by
+  its kind's heterogeneity for words never measured), it gains the mean relative TPOT gain ``u`` now,
+  and its measurement lets ``routing.exploration_horizon`` later requests like it gain ``u`` where it
+  clears the margin (the mean over the acceptances whose speedup exceeds ``1 + margin``, 0 for the
+  others): it is explored when that future gain is positive and the sum is too. A measurement whose
+  every outcome leaves the decision where it is has nothing to win, whatever ``u`` is (a useless draft
+  timed as cheap as a target step: every acceptance predicts a gain within the margin, and each request
+  was sent to be measured). Uncertain requests get measured, well-known ones do not, and a dear draft,
+  whose losers lose more than its winners win, is explored less (Thompson sampling, which explored as
+  often as a draw reached break-even, spent more on the losers' measurements at a draft costing 0.2 of a
+  step than the winners' returned). With probability ``routing.exploration_rate`` (a floor, against a
+  model that is sure and wrong: a draft that fell and recovered, or was replaced) a request is measured
+  when some acceptance the prior's belief gives it clears the margin (what the draw finds holds for
+  every later request like it, which only the floor measures again), and outright where by the learned
+  draft cost no acceptance would pay. While a pool queues, a draw from the belief decides instead
+  (Thompson sampling on the time to finish), and the floor explores outright. Acceptance is measured on
+  the speculative pool alone, so sending a request predicted for speculative to baseline would teach
+  nothing about acceptance; it does time baseline's step, by which the speedup model measures the
+  draft's cost, so while fewer baseline requests have timed it than ``STEP_WINDOW`` and than a quarter
+  of the speculative ones, a streamed request predicted for speculative goes to baseline at the
+  exploration rate (reason ``explore`` too). The margin guards against a wrong prediction, so it shrinks
+  with the prediction's uncertainty: ``margin · max(0.2, sd / prior sd)``. With
+  ``routing.acceptance_model: per-kind`` the older behaviour holds: one decayed mean per (kind, class)
+  and a fixed ``exploration_rate``;
 - ``classifier``: speculative exactly when the classifier says "structured";
 - ``always-speculative`` / ``always-baseline``: fixed pool.
 
@@ -287,14 +291,14 @@ class AdaptivePolicy:
     ) -> bool:
         """Send a request predicted for baseline to speculative, to be measured?
 
-        Without queues, :meth:`_worth_measuring` decides, over the posterior, or over the prior's
-        belief on the exploration-rate floor's draws (outright where by the learned draft cost no
-        acceptance at all would pay: then the cost is what is in question). While a pool queues,
-        Thompson sampling on the time to finish does, over the floor. The floor does not draw while the
-        speculative pool has a line: a request sent there to be measured would wait its turn behind it
-        (seconds, for a full batch of long answers), a cost the client pays for a measurement the next
-        request after the line clears gives for free. The draw from the posterior weighs that wait
-        like any decision does.
+        Without queues, :meth:`_worth_measuring` decides, over the posterior; on the exploration-rate
+        floor's draws, whether any acceptance by the prior's belief clears the margin (outright where by
+        the learned draft cost no acceptance at all would pay: then the cost is what is in question).
+        While a pool queues, Thompson sampling on the time to finish does, over the floor. The floor does
+        not draw while the speculative pool has a line: a request sent there to be measured would wait its
+        turn behind it (seconds, for a full batch of long answers), a cost the client pays for a
+        measurement the next request after the line clears gives for free. The draw from the posterior
+        weighs that wait like any decision does.
         """
         rate = self.routing.exploration_rate
         floor = bool(rate) and spec.ahead <= 0 and self.rng.random() < rate
@@ -307,10 +311,13 @@ class AdaptivePolicy:
                 # rests on the cost, which only requests sent there measure again (a draft redeployed
                 # cheaper, step times taken on a cold or busy server), so the floor explores outright
                 return True
-            # the floor's draw asks what if what was measured no longer held (a draft that recovered,
-            # or was replaced): the prior's belief, which the measurements since do not move
-            alphas = prediction.prior_quantiles(widen) if floor else prediction.quantiles(widen)
-            return self._worth_measuring(alphas, spec.batch, tpot_base)
+            if floor:
+                # the floor's draw asks what if what was measured no longer held (a draft that
+                # recovered, or was replaced): the prior's belief, which the measurements since do not
+                # move. What it finds holds for every later request like it, which only the floor's
+                # draws would measure again, so it is worth its cost wherever it can change a decision
+                return self._clears_margin(prediction.prior_quantiles(widen), spec.batch, tpot_base, gain)
+            return self._worth_measuring(prediction.quantiles(widen), spec.batch, tpot_base, gain)
         if floor:
             return True
         alpha = prediction.sample(self.rng, widen)
@@ -319,25 +326,39 @@ class AdaptivePolicy:
             return self._finish_gain(tpot_spec, tpot_base, spec, base, tokens) > gain
         return tpot_base / tpot_spec > gain
 
-    def _worth_measuring(self, alphas: tuple[float, ...], spec_batch: float, tpot_base: float) -> bool:
+    def _worth_measuring(
+        self, alphas: tuple[float, ...], spec_batch: float, tpot_base: float, gain: float
+    ) -> bool:
         """Is measuring this request on speculative worth what it may lose there?
 
         ``alphas`` are equally likely values of its acceptance. Sent there, it gains the mean relative
         TPOT gain ``u`` over them (a loss where they lie under break-even); measured, its acceptance
-        becomes known, and each of the ``exploration_horizon`` later requests like it gains the mean
-        of ``max(u, 0)``: it goes where it pays. Thompson sampling weighed neither size: it measured a
-        request as often as a draw reached break-even, and at a draft costing 0.2 of a step a data
-        format prompt at alpha 0.15 loses half its speed there while fiction at 0.65 gains 13 %: the
-        losers' measurements cost more than the winners', which were seldom drawn, returned.
+        becomes known, and each of the ``exploration_horizon`` later requests like it goes to
+        speculative where its speedup clears ``gain`` (the margin the decision asks of it) and gains
+        ``u`` there: the mean over all of them of that ``u`` or 0. Thompson sampling weighed neither
+        size: it measured a request as often as a draw reached break-even, and at a draft costing 0.2
+        of a step a data format prompt at alpha 0.15 loses half its speed there while fiction at 0.65
+        gains 13 %: the losers' measurements cost more than the winners', which were seldom drawn,
+        returned. Where no value clears the margin the measurement cannot change where later requests
+        go, and it is not made, even when ``u`` is positive throughout: a useless draft whose steps
+        timed as cheap as the target's, at 9 % gain by every acceptance, had every request measured.
         """
         tpot = self.model.tpot_speculative
+        clears = 1.0 - 1.0 / gain  # the relative TPOT gain of a speedup equal to ``gain``
         now = future = 0.0
         for a in alphas:
             u = 1.0 - tpot(a, spec_batch) / tpot_base
             now += u
-            if u > 0.0:
+            if u > clears:
                 future += u
-        return now + self._horizon * future > 0.0
+        return future > 0.0 and now + self._horizon * future > 0.0
+
+    def _clears_margin(
+        self, alphas: tuple[float, ...], spec_batch: float, tpot_base: float, gain: float
+    ) -> bool:
+        """Would any of ``alphas`` send a request like this one to speculative (a speedup over ``gain``)?"""
+        tpot_spec = self.model.tpot_speculative(max(alphas), spec_batch)
+        return tpot_base / tpot_spec > gain
 
     def _time_baseline(self, body: Mapping[str, Any]) -> bool:
         """Send a request predicted for speculative to baseline, to time baseline's step?

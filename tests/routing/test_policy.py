@@ -14,6 +14,7 @@ from prometheus_client import generate_latest
 from gateway.config import RoutingConfig, Strategy
 from gateway.observability import Metrics
 from gateway.routing.adaptive import AdaptivePolicy
+from gateway.routing.alpha_model import prior_alpha
 from gateway.routing.policy import AFFINITY, Decision, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW
 from gateway.speculation import expected_length, from_token_steps
@@ -291,6 +292,20 @@ def test_uncertain_requests_are_explored_and_measured_ones_not():
     assert late < early / 3
 
 
+def test_a_useless_draft_timed_as_free_is_not_measured_again_and_again():
+    """A draft that never agrees, its steps timed no dearer than the target's (a CPU server's noise puts
+    the learned cost at 0): at any acceptance above 0 speculation gains a little by the model, always
+    within the margin. Measuring the request cannot move a later one across the margin, so it is not
+    made; each request was sent to be measured (the real-vLLM suite's useless draft: 107 of 120)."""
+    p = _policy(cost=0.0, exploration_rate=0.0)
+    d = p.decide(STRUCTURED)
+    for _ in range(30):
+        p.observe(_spec_outcome(d, accepted=0))
+    after = [p.decide(STRUCTURED) for _ in range(200)]
+    assert {(a.pool, a.reason) for a in after} == {("baseline", "no-gain")}
+    assert all(1.0 <= a.predicted_speedup < 1.1 for a in after)  # a gain, inside the margin
+
+
 def test_a_measured_loss_is_not_explored_when_the_draft_is_dear_even_by_the_floor():
     """With a draft costing 0.3 of a step, a prompt measured at alpha 0.1 runs at 0.4 of baseline's speed
     there. The floor guards against a model that is sure and wrong, so it asks what the request may win
@@ -319,6 +334,23 @@ def test_the_floor_keeps_measuring_what_the_prior_expects_to_gain_once_measured_
     for _ in range(30):
         p.observe(_spec_outcome(d, accepted=3))
     assert sum(p.decide(OPEN).explore for _ in range(400)) == 0
+
+
+def test_the_floor_measures_a_replaced_draft_whose_old_one_was_useless_and_dear():
+    """A useless draft (nothing accepted) whose steps cost 0.6 of a target step: by the prior, a
+    structured prompt loses there on average (alpha about 0.77 gives 0.7x), and only its best case, an
+    agreeing draft, gains. Were the draft replaced, only the floor's draws would see it, and what they
+    find holds for every later request: they measure at the floor's rate wherever some acceptance the
+    prior allows clears the margin (weighed over six later requests, none was measured again)."""
+    p = _policy(cost=0.6, exploration_rate=0.2)
+    d = p.decide(STRUCTURED)
+    for _ in range(30):
+        p.observe(_spec_outcome(d, accepted=0))
+    prior = p.alpha_model.predict(d.features, d.p_structured)
+    assert p.model.speedup(prior_alpha(d.p_structured), 1.0, 1.0) < 1.0 < p.model.speedup(0.99, 1.0, 1.0)
+    assert prior.alpha < 0.1
+    explored = sum(p.decide(STRUCTURED).explore for _ in range(400))
+    assert 40 <= explored <= 120  # about the floor's 0.2 of 400
 
 
 def test_the_floor_explores_outright_when_by_the_learned_cost_nothing_could_pay():
