@@ -132,7 +132,7 @@ def whole(value: Any) -> int | None:
     return None
 
 
-_SCALARS = frozenset((str, int, float, bool))
+SCALARS = frozenset((str, int, float, bool))
 
 #: how vLLM's request models (pydantic, lax mode) read a scalar field sent as another scalar: "0.5", "8",
 #: "false" are a number, an integer and a boolean there, 1 and 0 a boolean, true a number
@@ -169,7 +169,7 @@ def _check_fields(
             if "integer" in table[name] and (n := whole(value)) is not None:
                 read_as = {**(read_as or {}), name: n}
                 continue
-            if type(value) in _SCALARS and (v := lax(value, table[name])) is not None:
+            if type(value) in SCALARS and (v := lax(value, table[name])) is not None:
                 read_as = {**(read_as or {}), name: v}
                 continue
             raise _wrong_type(prefix + name, table[name], value)

@@ -34,7 +34,7 @@ from gateway.api.errors import (
     error_response,
     responses_error_event,
 )
-from gateway.api.fields import whole
+from gateway.api.fields import SCALARS, lax, whole
 from gateway.api.request import check_model, forced_pool, json_object, request_id, trace_id
 from gateway.api.routes import CUT_AT_SHUTDOWN, Relay, decision_headers, relayed_status, unless_disconnected
 from gateway.routing.policy import AFFINITY, Decision, RouteRequest
@@ -66,11 +66,19 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "seed": (int,),
 }
 _NAMES = {str: "a string", list: "an array", bool: "a boolean", int: "an integer", dict: "an object"}
+#: the scalar fields vLLM's request model reads leniently, by the JSON type :func:`lax` reads them as
+_LAX_AS: dict[tuple[type, ...], tuple[str, ...]] = {
+    (bool,): ("boolean",),
+    (int,): ("integer",),
+    (int, float): ("number",),
+}
 
 
 def check_fields(payload: dict[str, Any]) -> None:
-    """A 400 naming the first field of the wrong JSON type; ``input`` is required. An integer field
-    written as a whole decimal (``100.0``) is that integer, as for the completion routes."""
+    """A 400 naming the first field of the wrong JSON type; ``input`` is required. A scalar written as
+    another scalar that vLLM's request model reads (``"temperature": "0.5"``, ``"stream": "true"``,
+    ``"max_output_tokens": 100.0``) is read as vLLM reads it, as on the completion routes: the gateway
+    routes and meters on what vLLM will do (the body still goes upstream as the client sent it)."""
     if payload.get("input") is None:
         raise APIError(400, "'input' is a required property", param="input")
     for name, types in _TYPES.items():
@@ -79,6 +87,14 @@ def check_fields(payload: dict[str, Any]) -> None:
             continue
         if types == (int,) and (n := whole(value)) is not None:
             payload[name] = value = n
+        elif (
+            (as_json := _LAX_AS.get(types)) is not None
+            and type(value) in SCALARS
+            and type(value) not in types
+        ):
+            read = lax(value, as_json)
+            if read is not None:
+                payload[name] = value = read
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             expected = "a number" if float in types else " or ".join(_NAMES[t] for t in types)
             raise APIError(400, f"'{name}' must be {expected}", param=name)

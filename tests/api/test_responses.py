@@ -65,7 +65,8 @@ def test_streamed_responses_relay_the_named_events_unchanged(echoing: InProcess)
         ({"model": MODEL}, 400, "input"),
         ({"model": MODEL, "input": 3}, 400, "input"),
         ({"model": MODEL, "input": "hi", "max_output_tokens": "many"}, 400, "max_output_tokens"),
-        ({"model": MODEL, "input": "hi", "temperature": True}, 400, "temperature"),
+        ({"model": MODEL, "input": "hi", "temperature": "warm"}, 400, "temperature"),
+        ({"model": MODEL, "input": "hi", "stream": "maybe"}, 400, "stream"),
     ],
 )
 def test_responses_errors_name_the_field(
@@ -74,6 +75,19 @@ def test_responses_errors_name_the_field(
     r = echoing.request("POST", "/v1/responses", json=body, headers=AUTH)
     assert r.status_code == status
     assert r.json()["error"]["param"] == param
+
+
+def test_responses_scalars_are_read_as_vllm_reads_them(echoing: InProcess) -> None:
+    """vLLM's request model reads "0.5" as a number, "20" as an integer and "true" as a boolean, as the
+    chat route does: such a request is served, and ``"stream": "true"`` is a stream."""
+    body = {**RESPONSES, "temperature": "0.5", "top_p": True, "max_output_tokens": "6", "store": "false"}
+    r = echoing.request("POST", "/v1/responses", json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["output_tokens"] == 6
+    r = echoing.request("POST", "/v1/responses", json={**body, "stream": "true"}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert "event: response.completed" in r.text or "event: response.incomplete" in r.text
 
 
 def test_responses_bad_json_and_auth(echoing: InProcess) -> None:
