@@ -22,7 +22,7 @@ from gateway.accesslog import AccessLog
 from gateway.config import Strategy
 from gateway.observability import Metrics
 from gateway.routing.policy import Decision, Feedback, Outcome, Policy
-from gateway.speculation import Measured, from_server, from_token_steps, sequences
+from gateway.speculation import Measured, chunks_withheld, from_server, from_token_steps, sequences
 from gateway.types import PoolName, Route
 from gateway.upstream.forward import Sent
 from gateway.upstream.pool import Endpoint
@@ -61,7 +61,7 @@ class RequestRecord:
     chunks: int = 0
     measured: Measured | None = None  # acceptance measured on this response (speculative pool only)
     resumed_on: list[str] | None = None  # where a broken stream went on, in order
-    measurement: str | None = None  # speculative requests: stream, uncertain, interval or passed
+    measurement: str | None = None  # speculative: stream, uncertain, interval, passed or unmeasurable
     prompt: object | None = None  # only under ``logging.log_prompts``
     feedback: Feedback | None = None  # what the policy made of it, once observed
     sequences: int = 1  # generated side by side (n > 1): neither timed per token nor measured
@@ -90,7 +90,8 @@ class RequestRecord:
         broken stream went on elsewhere (``endpoint`` is the one that served the start).
         ``measurement`` says how a request decided for the speculative pool was measured: ``stream``
         (a streamed request), ``uncertain`` or ``interval`` (a non-streamed one streamed upstream and
-        assembled, see :mod:`gateway.routing.measurement`), ``passed`` (sent as it came, unmeasured).
+        assembled, see :mod:`gateway.routing.measurement`), ``passed`` (sent as it came, unmeasured),
+        ``unmeasurable`` (a non-streamed one that cannot be rebuilt from a stream: tools, logprobs...).
         """
         # written out rather than through helpers: this runs once per request, on the event loop
         d, m, f = self.decision, self.measured, self.feedback
@@ -263,7 +264,7 @@ class Observer:
             rec.tpot_s = (e2e - rec.ttft_s) / (rec.completion_tokens - 1)
         # a resumed stream's acceptance would mix two upstreams: not measured
         if meter is not None and sent is not None and sent.pool == "speculative" and resumed_on is None:
-            rec.measured = self._measure(sent.endpoint, meter)
+            rec.measured = self._measure(sent.endpoint, meter, chunks_withheld(payload))
         return rec
 
     def observe(self, rec: RequestRecord) -> None:
@@ -316,10 +317,13 @@ class Observer:
             self._accepted_tokens[(cls,)].inc(int(rec.measured.accepted))
             self._draft_tokens[(cls,)].inc(int(rec.measured.draft_tokens))
 
-    def _measure(self, endpoint: Endpoint, meter: StreamMeter) -> Measured | None:
-        """The request's acceptance: the server's own summary when it sent one, else tokens per chunk."""
+    def _measure(self, endpoint: Endpoint, meter: StreamMeter, withheld: bool) -> Measured | None:
+        """The request's acceptance: the server's own summary when it sent one, else tokens per chunk
+        (unless the server may have withheld chunks: :func:`~gateway.speculation.chunks_withheld`)."""
         k = self.speculative_k(endpoint)
         measured = from_server(meter.spec_metrics, k) if meter.spec_metrics else None
+        if measured is None and withheld:
+            return None
         if (
             measured is None
             and k is None

@@ -129,6 +129,30 @@ def from_token_steps(tokens: Sequence[int], k: int | None) -> Measured | None:
     return Measured(accepted, steps, k, "stream", rejected)
 
 
+def chunks_withheld(payload: Mapping[str, Any] | None) -> bool:
+    """Whether vLLM may leave engine steps of this request's stream without a chunk of their own.
+
+    A chat with tools runs vLLM's tool-call parser over the output, and a step the parser holds back
+    (a control token, a call's arguments not yet whole) sends no chunk unless ``return_token_ids`` or
+    ``logprobs`` asked for one each step (vLLM 0.32's ``serving_chat``): the next chunk then carries
+    two steps' tokens, which read as one step that accepted more drafts (two one-token steps, two
+    rejections, read as one accepted draft; a third of the steps withheld took a true alpha of 0.2 to
+    0.44). Such a stream's steps cannot be counted, so its acceptance is not measured from them. (A
+    server started with a reasoning parser withholds the steps of the reasoning's markers too: a step
+    or two a request, which the request does not show.)
+    """
+    if payload is None:
+        return False
+    if payload.get("include_reasoning") is not False and (
+        payload.get("logprobs") is True or payload.get("return_token_ids") is True
+    ):
+        return False  # a chunk every step, by request (unless hidden reasoning withholds that too)
+    tools = payload.get("tools")
+    if isinstance(tools, list) and tools and payload.get("tool_choice") != "none":
+        return True
+    return bool(payload.get("functions")) and payload.get("function_call") != "none"
+
+
 def sequences(payload: Mapping[str, Any] | None) -> int:
     """How many sequences a request has the upstream generate side by side: ``n`` (or ``best_of``) for
     each prompt, and a completion may hold a list of prompts.

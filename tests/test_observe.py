@@ -221,6 +221,44 @@ def test_a_stream_of_several_sequences_is_counted_but_neither_timed_nor_measured
     assert _sample(metrics, "specroute_completion_tokens_total", **labels) == 27
 
 
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "measured"),
+    [
+        ({"tools": TOOLS}, False),  # vLLM's tool parser may hold a step back: steps merge
+        ({"tools": TOOLS, "tool_choice": "auto"}, False),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "f"}}}, False),
+        ({"functions": [{"name": "f"}]}, False),
+        ({"tools": TOOLS, "tool_choice": "none"}, True),  # no parser: a chunk every step
+        ({"tools": TOOLS, "logprobs": True}, True),  # a chunk every step, by request
+        ({"tools": TOOLS, "return_token_ids": True}, True),
+        ({"tools": TOOLS, "logprobs": True, "include_reasoning": False}, False),  # hidden: withheld again
+        ({"tools": []}, True),
+    ],
+)
+def test_a_stream_whose_steps_the_server_may_withhold_is_not_measured(
+    extra: dict[str, Any], measured: bool
+) -> None:
+    """Two one-token steps (two rejections) sent as one chunk of two read as one step that accepted a
+    draft: a chat with tools, whose steps vLLM's tool parser may hold back, is timed and counted but its
+    acceptance is not read from its chunks."""
+    metrics, policy = Metrics(), Learner()
+    observer = _observer(policy, metrics, access_log=None)
+    started = perf_counter() - 1.0
+    payload = {"messages": [{"role": "user", "content": "call f"}], "stream": True, **extra}
+    rec = observer.record(
+        request_id="t1", api="chat", started=started, status=200, decision=DECISION,
+        payload=payload, sent=_sent(), meter=_meter(started),
+    )  # fmt: skip
+    observer.observe(rec)
+    assert rec.tpot_s is not None and rec.completion_tokens == 13
+    assert (rec.measured is not None) is measured
+    (outcome,) = policy.outcomes
+    assert (outcome.accepted_tokens is not None) is measured
+
+
 def test_a_refused_request_is_counted_not_timed(capsys: pytest.CaptureFixture[str]) -> None:
     metrics, policy = Metrics(), Learner()
     observer = _observer(policy, metrics, access_log=None)
