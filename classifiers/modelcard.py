@@ -149,7 +149,8 @@ def render(clf: Classifier, everything: Sequence[data.Row], results: dict[str, A
         "(`classifiers/model/model.json.gz`), no pickle; retraining on the same corpus gives the same bytes.",
         "- Request fields add fixed log-odds shifts (the prompt corpus cannot teach them): JSON schema / "
         f"guided regex, grammar or JSON +{CONSTRAINED_SHIFT} (json_object {CONSTRAINED_SHIFT * 0.75}, "
-        f"guided_choice {CONSTRAINED_SHIFT * 0.5}), tools +{TOOLS_SHIFT} (without them, a system prompt "
+        f"guided_choice {CONSTRAINED_SHIFT * 0.5}; the same through `structured_outputs`), "
+        f"tools +{TOOLS_SHIFT} (without them, a system prompt "
         f"that asks for JSON or defines functions with typed parameters +{SYSTEM_JSON_SHIFT}), stop "
         f"sequences at code/line ends +{STOP_SHIFT}, temperature -{TEMPERATURE_SLOPE}·(T - 0.8) clipped to "
         f"[-1.5, +1], max_tokens < 32 {SHORT_OUTPUT_SHIFT}.",

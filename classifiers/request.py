@@ -84,8 +84,16 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-_GUIDED = ("guided_json", "guided_regex", "guided_grammar", "structured_outputs")
-_CONSTRAINT_KEYS = frozenset((*_GUIDED, "guided_choice", "response_format"))
+_GUIDED = ("guided_json", "guided_regex", "guided_grammar")
+_CONSTRAINT_KEYS = frozenset((*_GUIDED, "guided_choice", "structured_outputs", "response_format"))
+#: vLLM's ``structured_outputs`` members, weighed as the ``guided_*`` field each one replaces
+_STRUCTURED_OUTPUTS = (
+    ("json", 1.0),
+    ("regex", 1.0),
+    ("grammar", 1.0),
+    ("json_object", 0.75),
+    ("choice", 0.5),
+)
 
 
 def _constraint(body: Mapping[str, Any]) -> float:
@@ -94,6 +102,12 @@ def _constraint(body: Mapping[str, Any]) -> float:
     for key in _GUIDED:
         if body.get(key):
             return 1.0
+    so = body.get("structured_outputs")
+    if isinstance(so, Mapping):
+        # vLLM maps the ``guided_*`` fields onto this one: the same constraint weighs the same either way
+        for key, weight in _STRUCTURED_OUTPUTS:
+            if so.get(key):
+                return weight
     if body.get("guided_choice"):
         return 0.5
     rf = body.get("response_format")
@@ -154,7 +168,8 @@ def view(body: Mapping[str, Any]) -> RequestView:
         text = _prompt_text(body.get("prompt"))
     tools = body.get("tools") or body.get("functions")
     tool_choice = body.get("tool_choice")
-    max_tokens = _number(body.get("max_tokens", body.get("max_completion_tokens")))
+    # vLLM's chat reads ``max_completion_tokens or max_tokens`` (completions have only the second)
+    max_tokens = _number(body.get("max_completion_tokens") or body.get("max_tokens"))
     return RequestView(
         text=text,
         context=context,

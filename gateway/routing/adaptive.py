@@ -411,9 +411,8 @@ class AdaptivePolicy:
 
     def _tokens(self, body: Mapping[str, Any]) -> float:
         """Output tokens to expect: the running mean, or the request's own limit when lower."""
-        limit = body.get("max_tokens")
-        if limit is None:
-            limit = body.get("max_completion_tokens")
+        # as vLLM's chat reads it: ``max_completion_tokens or max_tokens``
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
         if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < self.mean_tokens:
             return float(limit)
         return self.mean_tokens

@@ -44,6 +44,33 @@ def test_request_fields() -> None:
     assert view({"prompt": "x", "guided_regex": "[a-z]+"}).constrained == 1.0
 
 
+def test_a_constraint_weighs_the_same_in_either_of_vllms_spellings() -> None:
+    """vLLM maps ``guided_json``, ``guided_choice``... onto ``structured_outputs``' members."""
+    pairs = [
+        ({"guided_json": {"type": "object"}}, {"json": {"type": "object"}}),
+        ({"guided_regex": "[a-z]+"}, {"regex": "[a-z]+"}),
+        ({"guided_grammar": "root ::= x"}, {"grammar": "root ::= x"}),
+        ({"guided_choice": ["a", "b"]}, {"choice": ["a", "b"]}),
+        ({"response_format": {"type": "json_object"}}, {"json_object": True}),
+    ]
+    for old, new in pairs:
+        assert (
+            view({"prompt": "x", **old}).constrained
+            == view({"prompt": "x", "structured_outputs": new}).constrained
+            > 0
+        )
+    assert view({"prompt": "x", "structured_outputs": {}}).constrained == 0.0
+
+
+def test_the_output_limit_is_read_as_vllm_reads_it() -> None:
+    """vLLM's chat limits the output to ``max_completion_tokens or max_tokens``."""
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    assert view({**chat, "max_completion_tokens": 7, "max_tokens": 12}).max_tokens == 7
+    assert view({**chat, "max_completion_tokens": 7, "max_tokens": None}).max_tokens == 7
+    assert view({**chat, "max_completion_tokens": None, "max_tokens": 12}).max_tokens == 12
+    assert view({**chat, "max_completion_tokens": 0, "max_tokens": 12}).max_tokens == 12
+
+
 def test_a_system_prompt_that_asks_for_json_or_defines_functions() -> None:
     def with_system(content: str, role: str = "system") -> bool:
         msgs = [{"role": role, "content": content}, {"role": "user", "content": "Book me a table for two."}]

@@ -598,3 +598,14 @@ def test_a_pool_forced_for_affinity_says_so_under_every_strategy():
         req = RouteRequest({"prompt": "repeat this"}, "completions", "baseline", forced_reason=AFFINITY)
         d = _policy(strategy).decide(req)
         assert (d.pool, d.reason, d.predicted_speedup) == ("baseline", "affinity", None)
+
+
+def test_the_output_expected_is_the_limit_vllm_applies():
+    """The wait behind a queue counts the request's output: its limit where lower than the running mean,
+    read as vLLM's chat reads it (``max_completion_tokens or max_tokens``)."""
+    p = _policy()
+    p.mean_tokens = 100.0
+    assert p._tokens({"max_completion_tokens": 7, "max_tokens": 12}) == 7.0
+    assert p._tokens({"max_completion_tokens": None, "max_tokens": 12}) == 12.0
+    assert p._tokens({"max_completion_tokens": 0, "max_tokens": 12}) == 12.0
+    assert p._tokens({"max_tokens": 500}) == 100.0
