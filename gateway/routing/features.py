@@ -93,6 +93,10 @@ def _word_slots_c() -> Callable[[str, int, int], tuple[int, ...] | None] | None:
 _WORD_SLOTS = _word_slots_c()
 
 
+#: characters a token stands for, to read a token-id prompt's length on the scale of text prompts'
+TOKEN_CHARS = 4
+
+
 def _instruction(body: Mapping[str, Any]) -> tuple[str, int]:
     """The text whose reply is predicted (prompt, or last user turn) and the whole prompt's length."""
     messages = body.get("messages")
@@ -108,7 +112,14 @@ def _instruction(body: Mapping[str, Any]) -> tuple[str, int]:
                 last = text
         return last, total
     prompt = body.get("prompt")
-    if isinstance(prompt, list):
+    if isinstance(prompt, list) and prompt:
+        first = prompt[0]
+        if isinstance(first, int) and not isinstance(first, bool):
+            # token ids: no words to read, but the context's length still tells (at about four
+            # characters a token), where read as an empty prompt every such request was a short one
+            return "", TOKEN_CHARS * len(prompt)
+        if isinstance(first, list):  # a batch of token-id prompts: the first's length
+            return "", TOKEN_CHARS * len(first)
         prompt = next((p for p in prompt[:64] if isinstance(p, str)), "")  # a batch: its first text
     text = prompt if isinstance(prompt, str) else ""
     return text, len(text)

@@ -56,3 +56,18 @@ def test_a_name_in_slot_zero_keeps_it() -> None:
     x = extract(body, "qa", 0.1)
     assert x.slots[x.names.index(name)] == 0
     assert extract(body, "qa", 0.1).slots == x.slots
+
+
+def test_a_token_id_prompt_is_as_long_as_its_tokens() -> None:
+    """No words to read, but its context's length (at about four characters a token) still tells: read as an
+    empty prompt, a 3,000-token prompt was a very short one."""
+
+    def log_length(prompt: object) -> float:
+        x = extract({"prompt": prompt}, "qa", 0.5)
+        return x.values[x.names.index("log_length")]
+
+    ids = list(range(3000))
+    assert log_length(ids) == (math.log1p(3000 * features.TOKEN_CHARS) - 5.3) / 2.0
+    assert log_length([ids[:10], ids]) == (math.log1p(10 * features.TOKEN_CHARS) - 5.3) / 2.0  # the first
+    assert log_length([ids[:10]]) > log_length([]) == log_length("")
+    assert len(extract({"prompt": ids}, "qa", 0.5).names) == 4  # no word grams
