@@ -318,7 +318,8 @@ class Metrics:
         self.measurements = Counter(
             "specroute_nonstream_measurement_requests",
             "Non-streamed requests to a pool that measures acceptance, by pool and outcome (uncertain or"
-            " interval: streamed upstream and assembled, to be measured; passed: forwarded as sent).",
+            " interval: streamed upstream and assembled, to be measured; passed: forwarded as sent;"
+            " unmeasurable: forwarded as sent, since it cannot be rebuilt from a stream).",
             ["pool", "outcome"],
             registry=r,
         )

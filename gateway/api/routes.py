@@ -63,6 +63,10 @@ from gateway.upstream.stream import StreamMeter, request_usage
 
 log = logging.getLogger("specroute.api")
 T = TypeVar("T")
+
+#: how a non-streamed speculative request that cannot be rebuilt from a stream is measured: it is not
+#: (:func:`~gateway.upstream.assemble.can_assemble`)
+UNMEASURABLE = "unmeasurable"
 PATHS: dict[Api, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -287,11 +291,15 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
             meter.transcript = resume.transcript
             meter.strip_token_ids = resume.strip_token_ids
         return UpstreamRequest(body, headers, meter, resume)
-    if speculative and can_assemble(payload, api):
-        verdict = gw.measurement.verdict(ex.decision, ex.decision.pool, time.monotonic())
+    if speculative:
+        verdict: str
+        if can_assemble(payload, api):
+            verdict = gw.measurement.verdict(ex.decision, ex.decision.pool, time.monotonic())
+        else:  # tools, logprobs, n > 1...: counted, so that measured and passed are not read as all of it
+            verdict = UNMEASURABLE
         gw.metrics.child(gw.metrics.measurements, ex.decision.pool, verdict).inc()
         ex.measurement = verdict
-        if verdict != "passed":
+        if verdict != "passed" and verdict != UNMEASURABLE:
             return UpstreamRequest(stream_body(payload), headers, StreamMeter(ex.started, collect=[]))
     return UpstreamRequest(raw, headers)  # the client's bytes, as they came
 

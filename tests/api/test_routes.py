@@ -363,6 +363,24 @@ def test_a_certain_recently_measured_request_goes_upstream_as_the_client_sent_it
         assert after["pools"] == state["pools"]  # (it may teach, which clears a pool's fruitless mark)
 
 
+def test_a_speculative_request_that_cannot_be_measured_is_counted_as_such(capsys) -> None:
+    """Tools, logprobs, several choices: sent as they came and not measured. They are counted and logged
+    as ``unmeasurable``, so that measured and passed are not read as all non-streamed speculative traffic."""
+    config = {"routing": {"strategy": "always-speculative"}, "auth": {"api_keys": [API_KEY]}}
+    with InProcess(config) as stack:
+        auth = {"authorization": f"Bearer {API_KEY}"}
+        body = {"model": MODEL, "prompt": "Return JSON", "max_tokens": 4}
+        for extra in ({"logprobs": 1}, {"prompt": ["Return JSON", "Return YAML"]}):
+            r = stack.request("POST", "/v1/completions", json={**body, **extra}, headers=auth)
+            assert r.status_code == 200 and r.headers["x-specroute-pool"] == "speculative", r.text
+        name = "specroute_nonstream_measurement_requests_total"
+        assert metric(stack, name, pool="speculative", outcome="unmeasurable") == 2
+        stack.flush_access_log()
+        lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+        measurements = [line["measurement"] for line in lines if line.get("route") == "completions"]
+        assert measurements == ["unmeasurable", "unmeasurable"]
+
+
 def test_one_token_answers_do_not_mark_a_pool_that_reports_acceptance_as_fruitless() -> None:
     """Streams and measured requests of one token show no step: the pool keeps measuring the requests it
     is uncertain about, and a longer answer is measured."""
