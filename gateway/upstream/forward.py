@@ -327,7 +327,8 @@ class Upstreams:
         A request that is not ``idempotent`` (an unknown route passed through) is sent again only when
         no endpoint took it: refused connections and busy answers (503, 429). ``deadline`` (on the
         loop's clock) ends the whole request: no try waits for its first byte past it, and none after
-        the first starts without time left for it.
+        the first starts without time left for it. With failover allowed, the last try goes to the other
+        pool when every try before it went to the first.
 
         ``stored`` is the id of the stored Responses-API response the request reads (its own route, or
         a ``previous_response_id``): the first try goes to the endpoint known to have made it, and an
@@ -349,6 +350,16 @@ class Upstreams:
         while len(tried) < limit:
             if holder is not None and holder not in tried and holder.available():
                 endpoint: Endpoint | None = holder
+            elif (
+                len(names) > 1
+                and tried
+                and len(tried) == limit - 1
+                and all(e.pool != names[1] for e in tried)
+            ):
+                # the last try goes to the other pool, which serves the same model, when the tries so far
+                # all failed on the first: a pool whose every endpoint is busy, lacks the model or fails
+                # had the client told so while the other pool stood idle
+                endpoint = self._pick([names[1], names[0]], tried, panic)
             else:
                 endpoint = self._pick(names, tried, panic)
             if endpoint is None:

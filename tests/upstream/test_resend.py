@@ -289,6 +289,18 @@ async def test_an_endpoint_without_the_model_is_passed_over_and_not_ejected(stre
         assert {name for name, _ in script.log[2:]} == {"spec-a", "spec-b"}
 
 
+@pytest.mark.parametrize("answer", ["model_missing", "busy", "error"])
+async def test_the_last_try_goes_to_the_other_pool(answer):
+    """Both pools serve the model: a pool whose endpoints lack it, are busy or fail had the client told so
+    while the other pool stood idle, whenever the tries ran out on the first (its endpoints' count, or
+    more). The last try goes to the other pool."""
+    extra = {"routing": {"strategy": "always-speculative"}, "retries": {"attempts": 2}}
+    async with _setup([answer, "ok"], **extra) as (client, script, _):
+        answer_ = await client.completions.create(model="m", prompt="hi", max_tokens=2)
+        assert answer_.choices[0].text
+        assert [name[:4] for name, _ in script.log] == ["spec", "base"]
+
+
 async def test_when_no_endpoint_serves_the_model_the_client_gets_the_404():
     async with _setup(["model_missing"], retries={"attempts": 2}) as (client, script, _):
         with pytest.raises(openai.NotFoundError) as e:
