@@ -83,7 +83,7 @@ from gateway.routing.outliers import OutlierDetector, residual
 from gateway.routing.policy import Classifier, Decision, Feedback, Outcome, RouteRequest
 from gateway.routing.speedup import STEP_WINDOW, SpeedupModel, SpeedupState
 from gateway.speculation import Measured, alpha_from_length, refused_by_speculation
-from gateway.upstream.pool import Pool
+from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import Scraper
 
 STALE_SCRAPES = 3  # scraped gauges older than this many intervals are ignored
@@ -152,6 +152,10 @@ class AdaptivePolicy:
     _base_histogram: bool = False  # a baseline server's page has the inter-token histogram
     # baseline endpoints whose pages have speculative decoding's counters: their steps time no baseline
     _drafting_baseline: set[str] = field(default_factory=set)
+    # per kind of prompt, the one speculative endpoint that served it so far, or None once two have: an
+    # endpoint's residuals count only on kinds its peers served too (see _judge_endpoint)
+    _kind_served: dict[str, str | None] = field(default_factory=dict)
+    _restarts: dict[str, int] = field(default_factory=dict)  # per speculative endpoint, as last read
     # what every decision reads, read once from the (frozen) routing settings: each attribute of a
     # pydantic model goes through its __getattr__ hook, some 500 instructions
     _per_request: bool = field(init=False)
@@ -482,6 +486,15 @@ class AdaptivePolicy:
             for step in steps:
                 self.model.observe_baseline(step.seconds, step.batch)
         self._drafting_baseline = drafting
+        if self.outliers is not None:
+            for ep in self.pools["speculative"].endpoints:
+                restarts = scraper.restarts(ep)
+                if restarts != self._restarts.get(ep.name, 0):
+                    # a restart is when a draft gets fixed (or replaced): what its old process showed no
+                    # longer says anything of it (readmitted through probes alone, a fixed replica sat
+                    # out some 230 requests)
+                    self._restarts[ep.name] = restarts
+                    self._outlier_changed(self.outliers.forget(ep.name))
 
     def _sync_k(self) -> None:
         """Take k from the speculative endpoints' counters when configuration does not give it."""
@@ -517,7 +530,7 @@ class AdaptivePolicy:
         # step read by its mean length made short outputs look like a weak draft)
         alpha = m.alpha
         trials = m.trials
-        if self._judge_endpoint(outcome.endpoint, alpha, trials, d.alpha):
+        if self._judge_endpoint(outcome.endpoint, d.kind, alpha, trials, self._current(d)):
             # a demoted endpoint's acceptance says nothing about the requests: only about it
             return Feedback(alpha, d.alpha, self._measured_speedup(d, alpha, k))
         est = self.estimates.observe(d.kind, d.prompt_class, d.p_structured, alpha, trials)
@@ -549,16 +562,38 @@ class AdaptivePolicy:
             return None
         return self.model.speedup(alpha, d.spec_batch, d.base_batch)
 
-    def _judge_endpoint(self, endpoint: str, alpha: float, trials: float, predicted: float | None) -> bool:
-        """Feed the outlier detector; True when the endpoint is (now) demoted."""
+    def _current(self, d: Decision) -> float | None:
+        """The acceptance predicted for a decided request by what is known now: the requests measured
+        since its decision have moved the model, and a kind being learned (a weak draft on prose the
+        prior expected more of) showed its whole error on whichever endpoint served its first requests."""
+        if d.features is None:
+            return d.alpha
+        return self.alpha_model.predict(d.features, d.p_structured).alpha
+
+    def _judge_endpoint(
+        self, endpoint: str, kind: str, alpha: float, trials: float, predicted: float | None
+    ) -> bool:
+        """Feed the outlier detector; True when the endpoint is (now) demoted.
+
+        A residual counts only on a kind of prompt that another endpoint of the pool has served too:
+        while one endpoint alone gets a kind (a client's sequence that lines up with the picker's
+        rotation sent every prose request to one replica), what the model has yet to learn of that
+        kind reads as that endpoint's fault, and a replica with its peers' draft was demoted.
+        """
         assert self.outliers is not None
-        if predicted is not None:
-            changed = self.outliers.observe(endpoint, residual(alpha, trials, predicted))
-            if changed is not None and self.metrics is not None:
-                self.metrics.endpoint_acceptance_outlier.labels(changed.pool, changed.name).set(
-                    1.0 if changed.demoted else 0.0
-                )
+        served = self._kind_served
+        first = served.get(kind, endpoint)
+        if first is not None:
+            served[kind] = first if first == endpoint else None
+        if predicted is not None and served[kind] is None:
+            self._outlier_changed(self.outliers.observe(endpoint, residual(alpha, trials, predicted)))
         return self.outliers.is_demoted(endpoint)
+
+    def _outlier_changed(self, changed: Endpoint | None) -> None:
+        if changed is not None and self.metrics is not None:
+            self.metrics.endpoint_acceptance_outlier.labels(changed.pool, changed.name).set(
+                1.0 if changed.demoted else 0.0
+            )
 
     def _lifetime_batch(self, outcome: Outcome) -> float | None:
         """Mean of the batch expected at the decision and the one left at the end."""

@@ -76,6 +76,15 @@ class OutlierDetector:
             self.residuals = {name: r for name, r in self.residuals.items() if name in names}
         return self._judge(endpoint)
 
+    def forget(self, endpoint: str) -> Endpoint | None:
+        """Start an endpoint's record afresh (its server restarted); returns it when that readmits it."""
+        self.residuals.pop(endpoint, None)
+        ep = self._endpoint(endpoint)
+        if ep is not None and ep.demoted:
+            ep.demoted = False
+            return ep
+        return None
+
     def is_demoted(self, endpoint: str) -> bool:
         ep = self._endpoint(endpoint)
         return ep is not None and ep.demoted

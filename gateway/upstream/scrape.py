@@ -310,6 +310,7 @@ class EndpointScrape:
     # since when its engine has held requests running without taking a step (None: it steps, or is idle)
     still_since: float | None = None
     in_line: bool = False  # a queue: requests waited at two scrapes in a row (see ``queued``)
+    restarts: int = 0  # how often its counters went down: its server restarted
 
     @property
     def k(self) -> int | None:
@@ -433,6 +434,7 @@ class EndpointScrape:
         ep.queueing = bool(reading.waiting) and stepping
         ep.others, ep.seats = others, capacity
         if fresh:
+            self.restarts += 1
             log.info(
                 "endpoint %s/%s restarted (counters on its /metrics went down): its seats and its line"
                 " are learned afresh",
@@ -536,6 +538,11 @@ class Scraper:
         its first: the batch one engine steps is its share of the endpoint's requests."""
         state = self._state(endpoint)
         return state.reading.engines if state is not None and state.reading is not None else 1
+
+    def restarts(self, endpoint: Endpoint) -> int:
+        """How often the endpoint's server was seen to restart (its counters went down)."""
+        state = self._state(endpoint)
+        return state.restarts if state is not None else 0
 
     def drafting(self, endpoint: Endpoint) -> bool:
         """Whether the endpoint's last page had speculative decoding's counters (a draft model runs)."""

@@ -13,7 +13,7 @@ from gateway.speculation import from_token_steps
 from gateway.upstream.pool import Endpoint, Pool
 from tests.streams import cut_stream
 
-from .test_policy import FixedClassifier, _policy  # noqa: F401  (shared policy builder)
+from .test_policy import FixedClassifier, Pred, _policy  # noqa: F401  (shared policy builder)
 
 
 def _pool(n: int = 3) -> Pool:
@@ -133,3 +133,70 @@ def test_the_residuals_of_endpoints_discovery_removed_are_dropped():
         for ep in pool.endpoints:
             det.observe(ep.name, 0.1)
     assert set(det.residuals) == {"s49-0", "s49-1", "s49-2"}
+
+
+class KindClassifier:
+    """As FixedClassifier, with prose and repetition told apart by their kind too."""
+
+    def predict(self, body):
+        structured = "repeat" in body.get("prompt", "")
+        return Pred(
+            0.95 if structured else 0.05,
+            *(("structured", "repetition") if structured else ("open-ended", "creative")),
+        )
+
+
+def _three(p):
+    pool = p.pools["speculative"]
+    pool.endpoints = [Endpoint("speculative", f"s{i}", f"http://s{i}") for i in range(3)]
+    p.outliers.pool = pool  # type: ignore[union-attr]
+    return pool
+
+
+def test_a_kind_of_prompt_only_one_endpoint_served_is_not_held_against_it():
+    """Every replica runs a draft weak on prose, which the prior expects more of; a client's sequence that
+    lines up with the picker's rotation sends every prose request to s0, each a new one. What the model has
+    yet to learn of prose read as s0's fault, and a replica with its peers' draft was demoted. Residuals
+    count on kinds its peers served too; once they do, a replica that is worse than them still shows."""
+    p = _policy(exploration_rate=0.0)
+    p.classifier = KindClassifier()
+    pool = _three(p)
+    rng = random.Random(3)
+    words = ["river", "castle", "dragon", "winter", "harbour", "violin", "desert", "comet", "garden"]
+    structured = RouteRequest({"prompt": "repeat this"}, "completions")
+
+    def serve(req: RouteRequest, endpoint: str, accepted: int) -> None:
+        d = p.decide(req)
+        p.observe(Outcome(d, "speculative", endpoint, 200, 0.05, 1.0, 100, 30, accepted, 210, 30))
+
+    for i in range(12):
+        prose = RouteRequest({"prompt": f"tell me a story about a {rng.choice(words)} {i}"}, "completions")
+        serve(prose, "s0", 0)  # alpha 0 where the prior says about 0.27
+        serve(structured, "s1", 150)
+        serve(structured, "s2", 150)
+    assert not any(e.demoted for e in pool.endpoints)
+    for _ in range(10):  # s0 also serves what its peers serve, and is worse at it
+        for endpoint, accepted in (("s0", 3), ("s1", 150), ("s2", 150)):
+            serve(structured, endpoint, accepted)
+    assert pool.endpoints[0].demoted and not pool.endpoints[1].demoted
+
+
+def test_a_restarted_endpoint_is_judged_afresh():
+    """A restart is when a bad draft gets fixed: the demoted endpoint is readmitted and its old residuals
+    forgotten, where probes alone took some 230 requests to bring a fixed replica back."""
+    p = _policy(exploration_rate=0.0)
+    pool = _three(p)
+    req = RouteRequest({"prompt": "repeat this"}, "completions")
+    for _ in range(8):
+        for endpoint, accepted in (("s0", 150), ("s1", 150), ("s2", 5)):
+            d = p.decide(req)
+            p.observe(Outcome(d, "speculative", endpoint, 200, 0.05, 1.0, 100, 30, accepted, 210, 30))
+    assert pool.endpoints[2].demoted
+    scraper = p.scraper
+    scraper.of(pool.endpoints[2]).restarts += 1  # its counters went down at the last scrape
+    scraper.rounds += 1
+    p.decide(req)
+    assert not pool.endpoints[2].demoted
+    assert {o["endpoint"]: o["observations"] for o in p.snapshot()["endpoint_outliers"]}["s2"] == 0
+    text = generate_latest(p.metrics.registry).decode()
+    assert 'specroute_endpoint_acceptance_outlier{endpoint="s2",pool="speculative"} 0.0' in text
