@@ -84,9 +84,8 @@ from gateway.routing.policy import Classifier, Decision, Feedback, Outcome, Rout
 from gateway.routing.speedup import STEP_WINDOW, SpeedupModel, SpeedupState
 from gateway.speculation import Measured, alpha_from_length, refused_by_speculation
 from gateway.upstream.pool import Endpoint, Pool
-from gateway.upstream.scrape import Scraper
+from gateway.upstream.scrape import STALE_SCRAPES, Scraper
 
-STALE_SCRAPES = 3  # scraped gauges older than this many intervals are ignored
 MARGIN_FLOOR = 0.2  # the share of the margin that stays however well a request's acceptance is known
 RESIDENCE_RATE = 0.05  # weight of one request in a pool's running mean residence time
 DEFAULT_TOKENS = 256.0  # output tokens expected before any request has finished

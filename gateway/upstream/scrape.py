@@ -52,6 +52,7 @@ _STEP_SUMS = tuple(f + "_sum" for f in _STEP_FAMILIES)
 _STEP_COUNTS = tuple(f + "_count" for f in _STEP_FAMILIES)
 # one sample per engine step, prefill steps included: what tells an engine that steps from one that hangs
 _ITERATIONS = "vllm:iteration_tokens_total_count"
+STALE_SCRAPES = 3  # a page older than this many intervals says nothing of the endpoint now
 MIN_STEPS = 20
 """Engine steps an interval must hold for its mean step time to count (fewer are one request's noise)."""
 UNREAD_STEPS = 64
@@ -740,8 +741,14 @@ class Scraper:
             if ep.draining:  # discovery removed it: its gauges are gone (Metrics.forget), and stay so
                 continue
             m.scrape_age.labels(ep.pool, ep.name).set(state.staleness(now))
-            if r is not None:
-                self._export_reading(state, r)
+            if r is None:
+                continue
+            if state.last_at is not None and now - state.last_at > STALE_SCRAPES * self.interval_s:
+                # no page for a while (the server is down, or its /metrics fails): its last load and
+                # acceptance would read as current beside its up gauge at 0, as routing no longer reads
+                # them; dropped until a page comes
+                r = Reading(r.at)
+            self._export_reading(state, r)
 
     def _export_reading(self, state: EndpointScrape, r: Reading) -> None:
         """Set an endpoint's gauges from its last page, and drop those of the series it lacked: kept,

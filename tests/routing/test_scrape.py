@@ -19,6 +19,7 @@ from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import (
     MAX_POSITIONS,
     MIN_STEPS,
+    STALE_SCRAPES,
     UNREAD_STEPS,
     EndpointScrape,
     Reading,
@@ -841,3 +842,42 @@ def test_a_refused_connection_is_told_as_refused_not_as_a_time_out(caplog):
     assert state.error == "ConnectionRefusedError"
     assert "connection refused (is the server running, on this port?)" in caplog.text
     assert "ConnectTimeout" not in caplog.text
+
+
+def test_an_endpoint_whose_pages_stopped_coming_stops_exporting_its_last_load(vllm_fixture):
+    """A speculative server killed under load: its last running count, KV usage and acceptance stayed on
+    /metrics as current beside its up gauge at 0 (a pool's running panel summed a dead queue). Once its
+    page is older than routing reads (three intervals), they are dropped; the next page brings them back."""
+    page = vllm_fixture("ngram_metrics_under_load.txt").decode()
+    down = False
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if down and request.url.host == "s1":
+            raise httpx.ConnectError("refused")
+        return httpx.Response(200, text=page)
+
+    scraper, (s0, s1) = _scraper(handler)
+    asyncio.run(scraper.scrape_once())
+    asyncio.run(scraper.scrape_once())
+
+    def series(endpoint: str) -> set[str]:
+        text = generate_latest(scraper.metrics.registry).decode()
+        return {
+            line.split("{")[0]
+            for line in text.splitlines()
+            if f'endpoint="{endpoint}"' in line and line.startswith("specroute_upstream_")
+        }
+
+    loads = {"specroute_upstream_requests", "specroute_upstream_kv_cache_usage_ratio"}
+    assert loads <= series("s1")
+    down = True
+    asyncio.run(scraper.scrape_once())
+    scraper.export()
+    assert loads <= series("s1")  # one interval late: still what routing reads
+    scraper.of(s1).last_at -= STALE_SCRAPES * scraper.interval_s + 0.1  # type: ignore[operator]
+    scraper.export()
+    assert not loads & series("s1") and loads <= series("s0")
+    down = False
+    asyncio.run(scraper.scrape_once())
+    scraper.export()
+    assert loads <= series("s1")
