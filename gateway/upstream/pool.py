@@ -31,6 +31,7 @@ from gateway.upstream.deadline import Wait
 #: added to the score of an endpoint whose seats are all taken: after every endpoint with a free one
 #: (and before a demoted one, which scores 1e9 more)
 FULL = 1e6
+DEMOTED = 1e9  # added to a demoted endpoint's rank: after every other (taken away on a probe)
 
 
 @dataclass(eq=False)
@@ -59,6 +60,9 @@ class Endpoint:
     # request would wait
     others: float = 0.0
     seats: int | None = None
+    # its running credit in the smooth weighted rotation that breaks ties between equally loaded
+    # endpoints (:meth:`Pool.pick`)
+    credit: float = 0.0
     # its engine holds requests running and takes no step (see gateway.upstream.scrape): its health
     # checks fail while this lasts, whatever its /health says
     stalled: bool = False
@@ -158,32 +162,50 @@ class Pool:
         requests fill its seats (``max_num_seqs``, as learned from its queues) goes after every endpoint
         with a free seat: a request sent there waits for a seat while a peer would start it at once (a
         small replica beside large ones would otherwise take as many requests as they do and queue them).
-        Ties rotate, so an idle pool still spreads requests over its endpoints. With ``panic`` every
-        endpoint not draining is a candidate, whether ejected or failing its health checks. A demoted
-        endpoint is picked only when no other is available, or on a probe (one pick in
-        ``probe_every``, which goes to a demoted endpoint when there is one).
+        Endpoints of a pool whose every candidate is idle (no request of the gateway's or of others in
+        its engine), and endpoints tied otherwise, take turns by a smooth weighted rotation among them
+        alone: each gains its weight in credit, and the one with the most gives the sum back. So light
+        traffic spreads in proportion to the weights (an endpoint of weight 3 beside two of 1 took every
+        sequential request, being the least loaded per unit of weight each time), and evenly over the
+        endpoints left when one is out (a rotation over all of them gave an absent endpoint's turn to
+        the next in the list, which took two shares). With ``panic`` every endpoint not draining is a
+        candidate, whether ejected or failing its health checks. A demoted endpoint is picked only when
+        no other is available, or on a probe (one pick in ``probe_every``, which goes to a demoted
+        endpoint when there is one).
         """
         skip = set(exclude)
         now = time.monotonic()
-        best: Endpoint | None = None
-        best_score = 0.0
-        n = len(self.endpoints)
-        ticket = next(self._ticket)
-        start = ticket % n if n else 0
-        probe = ticket % self.probe_every == 0
-        for i in range(n):
-            ep = self.endpoints[(start + i) % n]
+        probe = next(self._ticket) % self.probe_every == 0
+        # the candidates of the best tier: a free seat before a full endpoint, a demoted one after every
+        # other except on a probe, which it takes
+        tier: list[tuple[Endpoint, float, float]] = []  # (endpoint, its load, its weight)
+        best_tier = 0.0
+        for ep in self.endpoints:
             if ep in skip or ep.draining or not (panic or ep.available(now)):
                 continue
             load = ep.outstanding + ep.others
-            score = (load + 1) / ep.effective_weight(now)
-            if ep.seats is not None and load >= ep.seats:
-                score += FULL
-            # a demoted endpoint scores after every other one, except on a probe, which it takes
+            rank = FULL if ep.seats is not None and load >= ep.seats else 0.0
             if ep.demoted:
-                score += -1e9 if probe else 1e9
-            if best is None or score < best_score:
-                best, best_score = ep, score
+                rank += -DEMOTED if probe else DEMOTED
+            if not tier or rank < best_tier:
+                tier, best_tier = [(ep, load, ep.effective_weight(now))], rank
+            elif rank == best_tier:
+                tier.append((ep, load, ep.effective_weight(now)))
+        if len(tier) < 2:
+            return tier[0][0] if tier else None
+        if any(load for _, load, _ in tier):
+            # the fewest requests per unit of weight, counting the one being placed
+            least = min((load + 1) / weight for _, load, weight in tier)
+            tier = [c for c in tier if (c[1] + 1) / c[2] == least]
+            if len(tier) == 1:
+                return tier[0][0]
+        best, total = tier[0][0], 0.0
+        for ep, _, weight in tier:
+            ep.credit += weight
+            total += weight
+            if ep.credit > best.credit:
+                best = ep
+        best.credit -= total
         return best
 
     def record_failure(self, endpoint: Endpoint, health: HealthConfig, sent_at: float) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from gateway.config import HealthConfig
 from gateway.upstream.pool import Endpoint, Pool
@@ -30,6 +31,27 @@ def test_ties_rotate_and_weights_count():
     heavy.endpoints[0].outstanding = 1
     heavy.endpoints[1].outstanding = 3  # (3+1)/4 = 1 < (1+1)/1 = 2
     assert heavy.pick() is heavy.endpoints[1]
+
+
+def test_light_traffic_spreads_in_proportion_to_the_weights():
+    """Sequential requests (each done before the next): an endpoint of weight 3 beside two of 1 was the
+    least loaded per unit of weight every time and took all of them; the weights are shares."""
+    pool = _pool(3, 1, 1)
+    assert Counter(pool.pick().name for _ in range(500)) == {"e0": 300, "e1": 100, "e2": 100}
+    busy = _pool(1, 1)  # a busy endpoint keeps a quarter of its weight for a while: a fifth of the share
+    busy.endpoints[0].busy_until, busy.endpoints[0].busy_weight = time.monotonic() + 60, 0.25
+    assert Counter(busy.pick().name for _ in range(500)) == {"e0": 100, "e1": 400}
+
+
+def test_the_endpoints_left_share_evenly_when_one_is_out():
+    """A rotation over every endpoint gave an absent one's turn to the next in the list: with e1 of three
+    down, e2 took two shares of sequential traffic and e0 one."""
+    pool = _pool(1, 1, 1)
+    pool.endpoints[1].healthy = False
+    assert Counter(pool.pick().name for _ in range(90)) == {"e0": 45, "e2": 45}
+    pool.endpoints[1].healthy, pool.endpoints[2].demoted = True, True
+    picks = Counter(pool.pick().name for _ in range(100))
+    assert picks["e2"] == 100 // pool.probe_every and abs(picks["e0"] - picks["e1"]) <= 1
 
 
 def test_other_clients_requests_and_the_seats_count():
