@@ -39,7 +39,7 @@ whichever is selected; the strategy only changes the final choice:
 
 Reasons (``x-specroute-reason``): ``predicted-gain``, ``no-gain``, ``spec-busy`` (a gain at an idle
 pool, a loss at the current batch), ``spec-queued``, ``baseline-queued``, ``spec-unavailable`` /
-``baseline-unavailable`` (no endpoint of that pool is up), ``explore``, ``forced``, ``affinity`` (the
+``baseline-unavailable`` (no endpoint of that pool is up, or only demoted ones), ``explore``, ``forced``, ``affinity`` (the
 pool of the endpoint that holds the stored response a Responses request continues), ``classifier-<label>``,
 ``always-<pool>``, ``spec-unsupported`` (a request the speculative pool's vLLM refuses: ``min_p`` > 0
 when not greedy, or a ``logit_bias``; under every strategy, and never failed over to that pool).
@@ -459,7 +459,9 @@ class AdaptivePolicy:
             key = (ep.demoted, queued, ahead, load, float(cap or 0), own, engines)
             if best is None or key < best:
                 best = key
-        if best is None:
+        if best is None or best[0]:
+            # none up, or only demoted ones (a bad draft's replica whose peers are down): requests it
+            # would get run slower there than on baseline, whatever the pool's model predicts
             return PoolLoad(1.0, True, False)
         _, queued, ahead, load, seats, own, engines = best
         # a data-parallel server's engines each step their own share of its requests

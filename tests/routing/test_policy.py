@@ -526,6 +526,19 @@ def test_a_pool_with_no_endpoint_up_is_named_unavailable_not_queued():
     assert (p.decide(OPEN).pool, p.decide(OPEN).reason) == ("speculative", "baseline-unavailable")
 
 
+def test_a_pool_left_with_only_a_demoted_endpoint_is_unavailable():
+    """A replica demoted for its bad draft, its peers down: the picker's last resort sent every
+    structured request there, slower than baseline, as the pool's model still predicted the peers' gain."""
+    p = _policy(exploration_rate=0.0)
+    bad, good = Endpoint("speculative", "s1", "http://s1", demoted=True), p.pools["speculative"].endpoints[0]
+    p.pools["speculative"].endpoints.append(bad)
+    assert (p.decide(STRUCTURED).pool, p.decide(STRUCTURED).reason) == ("speculative", "predicted-gain")
+    good.healthy = False
+    assert (p.decide(STRUCTURED).pool, p.decide(STRUCTURED).reason) == ("baseline", "spec-unavailable")
+    bad.demoted = False  # readmitted (its server restarted)
+    assert p.decide(STRUCTURED).pool == "speculative"
+
+
 def test_prompts_whose_long_context_makes_speculation_lose_go_to_baseline_once_learned():
     """Every prompt new and structured (prior alpha 0.77); the ones with a long context accept 0.15,
     the short ones 0.75. The length weight, which every request shares, must keep learning: while it
