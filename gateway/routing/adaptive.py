@@ -38,9 +38,9 @@ whichever is selected; the strategy only changes the final choice:
 - ``always-speculative`` / ``always-baseline``: fixed pool.
 
 Reasons (``x-specroute-reason``): ``predicted-gain``, ``no-gain``, ``spec-busy`` (a gain at an idle pool, a
-loss at the current batch), ``spec-queued``, ``baseline-queued``, ``spec-unavailable`` / ``baseline-
-unavailable`` (no endpoint of that pool is up, or only demoted ones), ``explore``, ``forced``, ``affinity``
-(the pool of the endpoint that holds the stored response a Responses request continues),
+loss at the current batch), ``spec-queued``, ``baseline-queued``, ``spec-unavailable`` /
+``baseline-unavailable`` (no endpoint of that pool is up, or only demoted ones), ``explore``, ``forced``,
+``affinity`` (the pool of the endpoint that holds the stored response a Responses request continues),
 ``classifier-<label>``, ``always-<pool>``, ``spec-unsupported`` (a request the speculative pool's vLLM
 refuses: ``min_p`` > 0 when not greedy, or a ``logit_bias``; under every strategy, and never failed over to
 that pool).
