@@ -575,8 +575,8 @@ def test_the_pools_load_is_that_of_its_endpoints_in_rotation():
     assert p.load("speculative").batch == 2.0
     s1.demoted = True
     assert p.load("speculative").batch == 13.0
-    s0.healthy = False  # the demoted one is all that is left: it is where requests go
-    assert p.load("speculative").batch == 2.0
+    s0.healthy = False  # only the demoted one is left: unavailable to routing, slower than baseline
+    assert not p.load("speculative").available
 
 
 def test_a_speculative_server_listed_as_baseline_does_not_time_baselines_step(caplog, vllm_fixture):
