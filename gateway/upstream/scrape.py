@@ -277,7 +277,8 @@ def interval(prev: Reading | None, cur: Reading, k: int | None = None) -> Interv
         per_position = tuple(max(0.0, c - b) / d_drafts for c, b in zip(cur.per_pos, base, strict=True))
     else:
         per_position = tuple(c / d_drafts for c in cur.per_pos) if reset else ()
-    kk = k or len(cur.per_pos) or round(d_tokens / d_drafts)
+    # the counters' own positions first: a server redeployed with another k than configured drafts its own
+    kk = len(cur.per_pos) or k or round(d_tokens / d_drafts)
     return Interval(d_drafts, d_tokens, d_acc, per_position, kk, cur.at - p.at)
 
 

@@ -67,6 +67,10 @@ def test_interval_rates_match_the_capture(vllm_fixture, mode, a, b):
             d[f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{i}]"] / drafts
         )
     assert iv.seconds == pytest.approx(3.0)
+    # configured with another k than the server drafts (redeployed): its own positions say its k, and
+    # the interval's alpha follows them, as each request's measurement does
+    other = interval(parse(t0, 10.0), parse(t1, 13.0), len(positions) + 3)
+    assert other is not None and other.k == len(positions) and other.alpha == iv.alpha
 
 
 @pytest.mark.parametrize("mode", MODES)
