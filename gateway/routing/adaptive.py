@@ -64,6 +64,7 @@ finished on that pool yet) is avoided outright, as every queue was before waits 
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -87,6 +88,7 @@ from gateway.speculation import Measured, alpha_from_length, refused_by_speculat
 from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import STALE_SCRAPES, Scraper
 
+log = logging.getLogger("specroute.routing")
 MARGIN_FLOOR = 0.2  # the share of the margin that stays however well a request's acceptance is known
 RESIDENCE_RATE = 0.05  # weight of one request in a pool's running mean residence time
 DEFAULT_TOKENS = 256.0  # output tokens expected before any request has finished
@@ -496,7 +498,8 @@ class AdaptivePolicy:
                     # longer says anything of it (readmitted through probes alone, a fixed replica sat
                     # out some 230 requests)
                     self._restarts[ep.name] = restarts
-                    self._outlier_changed(self.outliers.forget(ep.name))
+                    readmitted = self.outliers.forget(ep.name)
+                    self._outlier_changed(readmitted, "its server restarted, and it is judged afresh")
 
     def _sync_k(self) -> None:
         """Take k from the speculative endpoints' counters when configuration does not give it."""
@@ -591,11 +594,26 @@ class AdaptivePolicy:
             self._outlier_changed(self.outliers.observe(endpoint, residual(alpha, trials, predicted)))
         return self.outliers.is_demoted(endpoint)
 
-    def _outlier_changed(self, changed: Endpoint | None) -> None:
-        if changed is not None and self.metrics is not None:
+    def _outlier_changed(
+        self, changed: Endpoint | None, why: str = "its acceptance is back near its peers'"
+    ) -> None:
+        """An endpoint demoted or readmitted: its gauge, and a line in the log (as every other change of
+        an endpoint's state has: ejected, unhealthy, healthy, restarted)."""
+        if changed is None:
+            return
+        if self.metrics is not None:
             self.metrics.endpoint_acceptance_outlier.labels(changed.pool, changed.name).set(
                 1.0 if changed.demoted else 0.0
             )
+        if changed.demoted:
+            log.warning(
+                "endpoint %s/%s demoted: its measured acceptance is far below its peers' on the same kinds"
+                " of prompt (a bad draft?); it gets probes only until it comes back",
+                changed.pool,
+                changed.name,
+            )
+        else:
+            log.warning("endpoint %s/%s readmitted: %s", changed.pool, changed.name, why)
 
     def _lifetime_batch(self, outcome: Outcome) -> float | None:
         """Mean of the batch expected at the decision and the one left at the end."""

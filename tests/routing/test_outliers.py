@@ -181,7 +181,7 @@ def test_a_kind_of_prompt_only_one_endpoint_served_is_not_held_against_it():
     assert pool.endpoints[0].demoted and not pool.endpoints[1].demoted
 
 
-def test_a_restarted_endpoint_is_judged_afresh():
+def test_a_restarted_endpoint_is_judged_afresh(caplog):
     """A restart is when a bad draft gets fixed: the demoted endpoint is readmitted and its old residuals
     forgotten, where probes alone took some 230 requests to bring a fixed replica back."""
     p = _policy(exploration_rate=0.0)
@@ -192,6 +192,7 @@ def test_a_restarted_endpoint_is_judged_afresh():
             d = p.decide(req)
             p.observe(Outcome(d, "speculative", endpoint, 200, 0.05, 1.0, 100, 30, accepted, 210, 30))
     assert pool.endpoints[2].demoted
+    assert "endpoint speculative/s2 demoted" in caplog.text
     scraper = p.scraper
     scraper.of(pool.endpoints[2]).restarts += 1  # its counters went down at the last scrape
     scraper.rounds += 1
@@ -200,3 +201,4 @@ def test_a_restarted_endpoint_is_judged_afresh():
     assert {o["endpoint"]: o["observations"] for o in p.snapshot()["endpoint_outliers"]}["s2"] == 0
     text = generate_latest(p.metrics.registry).decode()
     assert 'specroute_endpoint_acceptance_outlier{endpoint="s2",pool="speculative"} 0.0' in text
+    assert "endpoint speculative/s2 readmitted: its server restarted" in caplog.text
