@@ -115,10 +115,21 @@ class EndpointConfig(UpstreamKeyConfig):
     name: str = Field(
         min_length=1, max_length=64, description="shown in logs, `/ready` and the `endpoint` metric label"
     )
-    url: HttpUrl = Field(description="the vLLM server's base URL, e.g. http://10.0.0.5:8000")
+    url: HttpUrl = Field(description="the vLLM server's root URL (without /v1), e.g. http://10.0.0.5:8000")
     weight: float = Field(
         default=1.0, gt=0, description="share of the pool's traffic, relative to the others"
     )
+
+    @field_validator("url")
+    @classmethod
+    def _root(cls, url: HttpUrl) -> HttpUrl:
+        # the OpenAI clients' base_url habit: the gateway adds /v1/... (and /health, /metrics) itself
+        if (url.path or "").rstrip("/").endswith("/v1"):
+            raise ValueError(
+                "is the vLLM server's root, without `/v1` (the gateway adds `/v1/...`, `/health` and"
+                " `/metrics` itself): drop the trailing `/v1`"
+            )
+        return url
 
     @property
     def base_url(self) -> str:

@@ -368,3 +368,17 @@ def test_the_projects_own_variables_are_the_ones_accepted():
 
     assert {RUN_TOKEN_ENV, CONFIG_ENV, REVISION_ENV, "SPECROUTE_PARENT_PID"} <= NON_SETTING_ENV
     assert not [name for name in NON_SETTING_ENV if "__" in name], "a setting's variable is no exception"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9001/v1/", "http://h:9/prefix/v1"]
+)
+def test_an_endpoint_url_with_the_openai_clients_v1_is_refused_with_the_fix(tmp_path, url):
+    """The OpenAI clients' base_url habit: the gateway adds /v1/... (and /health) itself, and such an
+    endpoint only ever failed its checks ('GET http://.../v1/health: answered 404')."""
+    data = yaml.safe_load(yaml.safe_dump(BASE))
+    data["pools"]["speculative"]["endpoints"][0]["url"] = url
+    with pytest.raises(ConfigError, match=r"pools.speculative.endpoints.0.url: .*drop the trailing `/v1`"):
+        load_settings(_write(tmp_path, data))
+    data["pools"]["speculative"]["endpoints"][0]["url"] = url.replace("v1", "vllm")  # a path prefix is fine
+    assert load_settings(_write(tmp_path, data)).pools.speculative.endpoints[0].base_url.endswith("/vllm")
