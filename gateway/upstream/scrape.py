@@ -445,10 +445,20 @@ class EndpointScrape:
             )
 
     def snapshot(self) -> dict[str, Any]:
-        r, iv = self.reading, self.last
+        r, iv, ep = self.reading, self.last, self.endpoint
+        now = time.monotonic()
         out: dict[str, Any] = {
-            "pool": self.endpoint.pool,
-            "endpoint": self.endpoint.name,
+            "pool": ep.pool,
+            "endpoint": ep.name,
+            # whether it is in rotation, and why not: which replica is out during an outage, without
+            # reading the up and ejected gauges side by side
+            "available": ep.available(now),
+            "healthy": ep.healthy,
+            "stalled": ep.stalled,
+            "ejected_for_s": _round(max(0.0, ep.ejected_until - now)),
+            "busy_for_s": _round(max(0.0, ep.busy_until - now)),
+            "demoted": ep.demoted,
+            "draining": ep.draining,
             "scrape_age_s": _round(self.age()),
             "scrape_error": self.error,
             "running": r.running if r else None,

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import re
 import socket
+import time
 
 import aiohttp
 import httpx
@@ -860,7 +861,7 @@ def test_an_endpoint_whose_pages_stopped_coming_stops_exporting_its_last_load(vl
             raise httpx.ConnectError("refused")
         return httpx.Response(200, text=page)
 
-    scraper, (s0, s1) = _scraper(handler)
+    scraper, (_, s1) = _scraper(handler)
     asyncio.run(scraper.scrape_once())
     asyncio.run(scraper.scrape_once())
 
@@ -885,3 +886,19 @@ def test_an_endpoint_whose_pages_stopped_coming_stops_exporting_its_last_load(vl
     asyncio.run(scraper.scrape_once())
     scraper.export()
     assert loads <= series("s1")
+
+
+def test_the_endpoints_snapshot_says_whether_each_is_in_rotation_and_why_not():
+    """During an outage /admin/routing named no endpoint as out: the up and ejected gauges had to be read
+    side by side. Each endpoint says whether it is available, and what keeps it out."""
+    scraper, (s0, s1) = _scraper(lambda request: httpx.Response(200, text=""))
+    asyncio.run(scraper.scrape_once())
+    s1.healthy, s0.demoted = False, True
+    s0.busy_until = time.monotonic() + 5
+    snaps = {s["endpoint"]: s for s in scraper.snapshots()}
+    assert (snaps["s0"]["available"], snaps["s0"]["demoted"], snaps["s0"]["healthy"]) == (True, True, True)
+    assert 4 < snaps["s0"]["busy_for_s"] <= 5 and snaps["s0"]["ejected_for_s"] == 0
+    assert (snaps["s1"]["available"], snaps["s1"]["healthy"]) == (False, False)
+    s1.healthy, s1.ejected_until = True, time.monotonic() + 30
+    snap = {s["endpoint"]: s for s in scraper.snapshots()}["s1"]
+    assert not snap["available"] and 29 < snap["ejected_for_s"] <= 30
