@@ -230,7 +230,11 @@ class Observer:
             route=api,
             status=status,
             decision=decision,
-            served_pool=sent.pool if sent else None,
+            # a resumed stream's pool is the one that started it: the pool its headers named to the client,
+            # whose endpoint gave its first token (the endpoints it went on on are in ``resumed_on``)
+            served_pool=(
+                resumption.broken[0].pool if resumed_on and resumption else sent.pool if sent else None
+            ),
             e2e_s=e2e,
             resumed_on=resumed_on,
             measurement=measurement,
@@ -260,7 +264,13 @@ class Observer:
         rec.sequences = sequences(payload)
         if rec.sequences > 1:
             return rec
-        if rec.ttft_s is not None and rec.completion_tokens and rec.completion_tokens > 1:
+        # a resumed stream's decoding spans two endpoints and the break between them: no time per token
+        if (
+            rec.ttft_s is not None
+            and rec.completion_tokens
+            and rec.completion_tokens > 1
+            and resumed_on is None
+        ):
             rec.tpot_s = (e2e - rec.ttft_s) / (rec.completion_tokens - 1)
         # a resumed stream's acceptance would mix two upstreams: not measured
         if meter is not None and sent is not None and sent.pool == "speculative" and resumed_on is None:
@@ -308,7 +318,9 @@ class Observer:
             self._prompt_tokens[labels].inc(rec.prompt_tokens)
         if rec.completion_tokens:
             self._completion_tokens[labels].inc(rec.completion_tokens)
-        if rec.ttft_s is not None:
+        # the client's first token: a non-streamed request streamed upstream to be measured had one there,
+        # which its client never saw (and baseline's non-streamed requests have none to compare)
+        if rec.ttft_s is not None and rec.measurement not in ASSEMBLED:
             self._ttft[labels].observe(rec.ttft_s)
         if rec.tpot_s is not None:
             self._tpot[labels].observe(rec.tpot_s)
@@ -341,6 +353,10 @@ class Observer:
                 endpoint.name,
             )
         return measured or from_token_steps(meter.token_steps, k)
+
+
+#: how a non-streamed request streamed upstream and assembled is measured (``RequestRecord.measurement``)
+ASSEMBLED = frozenset(("uncertain", "interval"))
 
 
 def _usage_tokens(content: bytes) -> tuple[int | None, int | None]:

@@ -180,6 +180,73 @@ def test_a_resumed_stream_is_counted_and_logged_but_not_taught(capsys: pytest.Ca
     assert line["prompt"] == [{"role": "user", "content": "hi"}]
 
 
+BASE = Endpoint("baseline", "base-1", "http://127.0.0.1:3")
+
+
+def test_a_stream_resumed_on_the_other_pool_is_counted_where_it_started(capsys) -> None:
+    """Decided for baseline and started there (its headers said so, its first token came from there),
+    broken, and resumed on a speculative endpoint: it was counted, logged and timed as speculative, its
+    baseline TTFT in speculation's histogram. It is the pool that started it, with no time per token
+    (its decoding spans two endpoints and the break)."""
+    metrics, policy = Metrics(), Learner()
+    observer = _observer(policy, metrics)
+    started = perf_counter() - 1.0
+    resumption = Resumption(True, "/v1/completions", {}, {}, broken=[BASE], endpoints=["spec-0"])
+    decision = Decision(
+        pool="baseline", prompt_class="open-ended", reason="no-gain", p_structured=0.1, kind="qa"
+    )
+    rec = observer.record(
+        request_id="r3", api="completions", started=started, status=200, decision=decision,
+        payload={"prompt": "hi", "stream": True}, sent=_sent(SPEC), meter=_meter(started),
+        resumption=resumption,
+    )  # fmt: skip
+    observer.observe(rec)
+    assert rec.tpot_s is None and rec.ttft_s is not None
+    labels = {"pool": "baseline", "class": "open-ended"}
+    assert _sample(metrics, "specroute_requests_total", route="completions", status="200", **labels) == 1
+    assert _sample(metrics, "specroute_time_to_first_token_seconds_count", **labels) == 1
+    assert _sample(metrics, "specroute_time_per_output_token_seconds_count", **labels) == 0
+    assert _sample(metrics, "specroute_completion_tokens_total", **labels) == 13
+    assert _sample(metrics, "specroute_requests_total", route="completions", status="200", pool="speculative",
+                   **{"class": "open-ended"}) == 0  # fmt: skip
+    line = orjson.loads(_logged(observer, capsys))
+    assert (line["pool"], line["decided_pool"], line["endpoint"], line["resumed_on"]) == (
+        "baseline",
+        "baseline",
+        "base-1",
+        ["spec-0"],
+    )
+
+
+def test_a_non_streamed_request_measured_upstream_has_no_client_ttft() -> None:
+    """Streamed upstream to be measured and answered whole: its client saw no first token, so speculation's
+    TTFT histogram, which baseline's non-streamed requests never reach, leaves it out; its time per
+    token (the realised speedup's) counts."""
+    metrics, policy = Metrics(), Learner()
+    observer = _observer(policy, metrics, access_log=None)
+    started = perf_counter() - 1.0
+    for measurement, ttft in (("interval", 0), ("uncertain", 0), ("stream", 1)):
+        rec = observer.record(
+            request_id="a", api="chat", started=started, status=200, decision=DECISION,
+            payload={"messages": [{"role": "user", "content": "hi"}]}, sent=_sent(), meter=_meter(started),
+            measurement=measurement,
+        )  # fmt: skip
+        before = _sample(
+            metrics,
+            "specroute_time_to_first_token_seconds_count",
+            pool="speculative",
+            **{"class": "structured"},
+        )
+        observer.observe(rec)
+        after = _sample(
+            metrics,
+            "specroute_time_to_first_token_seconds_count",
+            pool="speculative",
+            **{"class": "structured"},
+        )
+        assert after - before == ttft and rec.tpot_s is not None
+
+
 def _two_choices(steps: list[list[int]]) -> list[bytes]:
     """A completion stream of ``n`` = 2 as vLLM sends it with continuous usage: one choice per chunk, each
     chunk's usage counting its own choice's tokens, then the usage chunk with their sum."""
