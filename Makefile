@@ -13,8 +13,16 @@ UV_VERSION := 0.13.9
 .PHONY: venv demo test lint typecheck unit test-timing test-vllm bench-compare bench-overhead train clean \
 	system-deps constraints docs monitoring
 
+# A virtual environment made by a Python older than the package needs (requires-python) is made again: kept,
+# a run with PYTHON=python3.11 after a failed one would have failed the same way.
+OLD_PYTHON := -c 'import sys; sys.exit(sys.version_info >= (3, 11))'
+define fresh_venv
+	@$(PYTHON) $(OLD_PYTHON) && { echo "SpecRoute needs Python 3.11 or newer; $(PYTHON) is older: pass PYTHON=python3.11 (or newer)" >&2; exit 1; } || true
+	@test -x $(1)/bin/python && ! $(1)/bin/python $(OLD_PYTHON) || { rm -rf $(1) && $(PYTHON) -m venv $(1); }
+endef
+
 $(STAMP): pyproject.toml setup.py classifiers/_grams.c gateway/routing/_slots.c $(CONSTRAINTS)
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(call fresh_venv,$(VENV))
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
@@ -22,7 +30,7 @@ $(STAMP): pyproject.toml setup.py classifiers/_grams.c gateway/routing/_slots.c 
 venv: $(STAMP)
 
 $(DEMO_STAMP): pyproject.toml setup.py classifiers/_grams.c gateway/routing/_slots.c $(CONSTRAINTS)
-	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
+	$(call fresh_venv,$(DEMO_VENV))
 	$(DEMO_VENV)/bin/python -m pip install -q --upgrade pip
 	$(DEMO_VENV)/bin/python -m pip install -q -c $(CONSTRAINTS) -e '.[emulator]'
 	touch $(DEMO_STAMP)

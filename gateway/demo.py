@@ -36,15 +36,18 @@ SpecRoute demo is up: gateway {url}  (strategy: {strategy}, time scale: {scale})
 
 {capacity}
 
-Load test (guidellm needs a tokenizer; this one is local):
-  guidellm benchmark --target {url} --model {model} --processor {tokenizer} \\
-    --rate-type constant --rate 5 --max-seconds 30 --data "prompt_tokens=256,output_tokens=128"
+Load test (guidellm 0.8 or newer; it needs a tokenizer, and this one is local):
+  HF_HUB_OFFLINE=1 guidellm run --backend kind=openai_http,target={url},model={model} \\
+    --tokenizer kind=hf_auto,model={tokenizer} \\
+    --profile kind=constant,rate=5 --constraint kind=max_duration,seconds=30 \\
+    --data kind=synthetic_text,prompt_tokens=256,output_tokens=128
 
 Try it:
   curl -s {url}/v1/completions -H 'content-type: application/json' \\
     -d '{{"model": "{model}", "prompt": "Repeat the following line exactly 40 times: hello world", \\
          "max_tokens": 200, "temperature": 0}}' -D - -o /dev/null | grep -i x-specroute
 
+  # with the openai SDK (pip install openai):
   python - <<'PY'
 from openai import OpenAI
 client = OpenAI(base_url="{url}/v1", api_key="unused")

@@ -31,5 +31,5 @@ def require(extra: str, command: str) -> None:
     if absent:
         raise MissingExtra(
             f"`{command}` needs the {extra} extra: pip install 'specroute[{extra}]'"
-            f" (missing: {', '.join(absent)})"
+            f" (from a clone of its repository: pip install '.[{extra}]'; missing: {', '.join(absent)})"
         )

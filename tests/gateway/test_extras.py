@@ -27,7 +27,8 @@ def test_a_missing_module_names_the_extra_and_the_command(monkeypatch: pytest.Mo
     with pytest.raises(extras.MissingExtra) as err:
         extras.require("bench", "specroute bench")
     assert str(err.value) == (
-        "`specroute bench` needs the bench extra: pip install 'specroute[bench]' (missing: matplotlib)"
+        "`specroute bench` needs the bench extra: pip install 'specroute[bench]'"
+        " (from a clone of its repository: pip install '.[bench]'; missing: matplotlib)"
     )
 
 

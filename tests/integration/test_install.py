@@ -115,8 +115,8 @@ def test_serve_works_and_the_extras_libraries_are_absent(installed: Path) -> Non
     ("args", "expected"),
     [
         (["bench", "run", "--url", "http://127.0.0.1:9"], "`specroute bench` needs the bench extra: "
-         "pip install 'specroute[bench]'"),
-        (["train"], "`specroute train` needs the train extra: pip install 'specroute[train]'"),
+         "pip install 'specroute[bench]' (from a clone of its repository: pip install '.[bench]'"),
+        (["train"], "`specroute train` needs the train extra: pip install 'specroute[train]' (from a clone"),
     ],
 )  # fmt: skip
 def test_a_command_that_needs_an_extra_says_which(installed: Path, args: list[str], expected: str) -> None:
