@@ -89,6 +89,7 @@ from gateway.upstream.pool import Endpoint, Pool
 from gateway.upstream.scrape import STALE_SCRAPES, Scraper
 
 log = logging.getLogger("specroute.routing")
+
 MARGIN_FLOOR = 0.2  # the share of the margin that stays however well a request's acceptance is known
 RESIDENCE_RATE = 0.05  # weight of one request in a pool's running mean residence time
 DEFAULT_TOKENS = 256.0  # output tokens expected before any request has finished
