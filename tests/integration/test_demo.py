@@ -43,7 +43,7 @@ def demo() -> Iterator[str]:
         banner = out.decode()
         assert url in banner and "curl" in banner and "OpenAI(" in banner
         assert "Capacity before requests queue" in banner and "requests/s" in banner
-        assert "--processor" in banner
+        assert "guidellm run" in banner and "--tokenizer kind=hf_auto,model=" in banner
 
 
 def test_sync_sdk_completions_and_chat(demo):
