@@ -21,6 +21,7 @@ import orjson
 from gateway.accesslog import AccessLog
 from gateway.config import Strategy
 from gateway.observability import Metrics
+from gateway.routing.measurement import ASSEMBLED
 from gateway.routing.policy import Decision, Feedback, Outcome, Policy
 from gateway.speculation import Measured, chunks_withheld, from_server, from_token_steps, sequences
 from gateway.types import PoolName, Route
@@ -353,10 +354,6 @@ class Observer:
                 endpoint.name,
             )
         return measured or from_token_steps(meter.token_steps, k)
-
-
-#: how a non-streamed request streamed upstream and assembled is measured (``RequestRecord.measurement``)
-ASSEMBLED = frozenset(("uncertain", "interval"))
 
 
 def _usage_tokens(content: bytes) -> tuple[int | None, int | None]:

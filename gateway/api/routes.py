@@ -52,6 +52,7 @@ from gateway.errors import (
     UpstreamTooLarge,
 )
 from gateway.observability import render
+from gateway.routing.measurement import ASSEMBLED
 from gateway.routing.policy import Api, Decision, RouteRequest
 from gateway.speculation import sequences
 from gateway.types import CLIENT_SCOPE_KEY, RUN_TOKEN_ENV, RUN_TOKEN_HEADER, ChunkWriter, ClientState
@@ -299,7 +300,7 @@ def _upstream_request(request: Request, ex: Exchange, raw: bytes, payload: dict[
             verdict = UNMEASURABLE
         gw.metrics.child(gw.metrics.measurements, ex.decision.pool, verdict).inc()
         ex.measurement = verdict
-        if verdict != "passed" and verdict != UNMEASURABLE:
+        if verdict in ASSEMBLED:
             return UpstreamRequest(stream_body(payload), headers, StreamMeter(ex.started, collect=[]))
     return UpstreamRequest(raw, headers)  # the client's bytes, as they came
 
@@ -668,7 +669,7 @@ def _finish(
         tried=ex.tried,
     )
     observer.observe(record)
-    measured = ex.measurement in ("stream", "uncertain", "interval") and record.resumed_on is None
+    measured = (ex.measurement == "stream" or ex.measurement in ASSEMBLED) and record.resumed_on is None
     if measured and record.served and ex.decision is not None and record.served_pool == ex.decision.pool:
         # whether measuring this pool's requests teaches anything (see gateway.routing.measurement)
         ex.gw.measurement.taught(ex.decision.pool, record.measured is not None, record.completion_tokens)

@@ -536,7 +536,14 @@ class AdaptivePolicy:
         # step read by its mean length made short outputs look like a weak draft)
         alpha = m.alpha
         trials = m.trials
-        if self._judge_endpoint(outcome.endpoint, d.kind, alpha, trials, self._current(d)):
+        # what the model predicts now: the requests measured since the decision have moved it, and a
+        # kind being learned (a weak draft on prose the prior expected more of) showed its whole error
+        # on whichever endpoint served its first requests. The endpoint is judged against it, and the
+        # model's update starts from it
+        current = None if d.features is None else self.alpha_model.predict(d.features, d.p_structured)
+        if self._judge_endpoint(
+            outcome.endpoint, d.kind, alpha, trials, current.alpha if current else d.alpha
+        ):
             # a demoted endpoint's acceptance says nothing about the requests: only about it
             return Feedback(alpha, d.alpha, self._measured_speedup(d, alpha, k))
         est = self.estimates.observe(d.kind, d.prompt_class, d.p_structured, alpha, trials)
@@ -544,7 +551,9 @@ class AdaptivePolicy:
             self.metrics.alpha_estimate.labels(d.kind).set(est)
         predicted = d.alpha
         if d.features is not None:
-            before = self.alpha_model.observe(d.features, d.p_structured, alpha, trials, d.prediction)
+            before = self.alpha_model.observe(
+                d.features, d.p_structured, alpha, trials, d.prediction, current
+            )
             if before is not None:
                 predicted = before.alpha
         if self.metrics is not None and predicted is not None:
@@ -567,14 +576,6 @@ class AdaptivePolicy:
         if d.spec_batch is None or d.base_batch is None or k != self.model.k:
             return None
         return self.model.speedup(alpha, d.spec_batch, d.base_batch)
-
-    def _current(self, d: Decision) -> float | None:
-        """The acceptance predicted for a decided request by what is known now: the requests measured
-        since its decision have moved the model, and a kind being learned (a weak draft on prose the
-        prior expected more of) showed its whole error on whichever endpoint served its first requests."""
-        if d.features is None:
-            return d.alpha
-        return self.alpha_model.predict(d.features, d.p_structured).alpha
 
     def _judge_endpoint(
         self, endpoint: str, kind: str, alpha: float, trials: float, predicted: float | None

@@ -371,9 +371,11 @@ class AlphaModel:
         alpha: float,
         trials: float,
         pred: AlphaPrediction | None = None,
+        current: AlphaPrediction | None = None,
     ) -> AlphaPrediction | None:
         """Learn from one measured request; returns what was predicted for it: ``pred``, the prediction
         its routing decision made, when given (what the access log and the error metrics report).
+        ``current`` is ``predict(x, p_structured)`` as the weights are now, when the caller has it.
 
         The update itself starts from the weights as they are now, not from ``pred``: every request
         that finished since the decision has moved them, and with dozens in flight the same error,
@@ -383,7 +385,8 @@ class AlphaModel:
         """
         if trials < MIN_TRIALS:
             return None
-        current = self.predict(x, p_structured)
+        if current is None:
+            current = self.predict(x, p_structured)
         decided = pred if pred is not None else current
         measured, noise = binomial_observation(alpha, trials, current.mean, current.var + PROMPT_VAR)
         noise += PROMPT_VAR

@@ -45,6 +45,8 @@ more (one decode step whose rejection is seen, or a cut one with an accepted dra
 (``max_tokens`` 1 or 2, a stop at once) shows no step from any upstream, vLLM included."""
 
 Verdict = Literal["uncertain", "interval", "passed"]
+#: the verdicts that stream a request upstream and assemble its answer, to measure it
+ASSEMBLED: frozenset[str] = frozenset(("uncertain", "interval"))
 """Why a non-streamed request was measured (``uncertain``, ``interval``) or not (``passed``)."""
 
 
