@@ -93,7 +93,7 @@ def _word_slots_c() -> Callable[[str, int, int], tuple[int, ...] | None] | None:
 _WORD_SLOTS = _word_slots_c()
 
 
-#: characters a token stands for, to read a token-id prompt's length on the scale of text prompts'
+#: characters a token stands for, to read a token-id prompt's length on the scale of text prompts
 TOKEN_CHARS = 4
 
 
